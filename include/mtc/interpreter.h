@@ -1,0 +1,104 @@
+// Interpreter: one per rank. User threads enqueue commands (Put, ApplyOp, Del, GetValue)
+// into a multi-producer single-consumer queue; one worker thread executes them against
+// the device. apply() infers output shapes on the caller's thread and returns handles at
+// once. An error raised in the worker is kept and surfaces at the next synchronising call
+// (get_value, sync, memory_stats) with the op's name and shapes.
+//
+// Set MTC_INTERP_SYNC=1 (or InterpreterOptions::synchronous) to execute each command on
+// the calling thread as it is issued: the debugging mode.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "mtc/tensor.h"
+
+namespace mtc {
+
+class OpDef;
+class Device;
+struct Command;
+class Executor;
+
+struct InterpreterOptions {
+  bool synchronous = false;  // execute on the calling thread (MTC_INTERP_SYNC=1 forces it)
+};
+
+// MemoryStats: the compute (m2) and comm/gradient (m1) regions, in bytes.
+struct RegionFigures {
+  size_t capacity = 0, allocated = 0, peak_allocated = 0, high_water = 0, largest_free = 0;
+  double fragmentation = 0;
+};
+struct MemoryStats {
+  RegionFigures compute;
+  RegionFigures comm;
+};
+
+class Interpreter : public std::enable_shared_from_this<Interpreter> {
+ public:
+  static std::shared_ptr<Interpreter> create(std::shared_ptr<Device> device,
+                                             InterpreterOptions opts = {});
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  // put: a new tensor holding a copy of `data` (desc.bytes() bytes). persistent tensors
+  // (parameters, optimizer state) are never evicted.
+  Tensor put(const TensorDesc& desc, const void* data, bool persistent = false);
+  // apply: enqueues op on inputs and returns its outputs. A shape error is kept (and the
+  // outputs are poisoned) until the next synchronising call reports it.
+  TensorList apply(std::shared_ptr<const OpDef> op, std::span<const Tensor> inputs);
+  // get_value: copies a tensor to host memory (bytes must equal its size). Synchronises.
+  absl::Status get_value(const Tensor& t, void* dst, size_t bytes);
+  // sync: waits until every command issued so far has run; returns (and clears) the first
+  // error since the last synchronising call.
+  absl::Status sync();
+  // memory_stats: synchronises, then reads the regions' statistics.
+  absl::StatusOr<MemoryStats> memory_stats();
+  // reset_peak: synchronises, then restarts peak tracking from current use.
+  absl::Status reset_peak();
+  // record_error: keeps `s` (if it is the first) for the next synchronising call.
+  void record_error(absl::Status s);
+  // del: the last handle to tensor `id` went away (called by TensorRef).
+  void del(uint64_t id);
+
+  Device& device() { return *device_; }
+  bool synchronous() const { return synchronous_; }
+  uint64_t commands_executed() const { return executed_.load(std::memory_order_relaxed); }
+
+ private:
+  Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts);
+  void enqueue(Command&& c);
+  void worker_loop();
+  Tensor make_handle(TensorDesc d);
+  TensorList poisoned(std::span<const TensorDesc> descs);
+
+  std::shared_ptr<Device> device_;
+  bool synchronous_;
+  std::atomic<uint64_t> next_id_{1};
+  std::unique_ptr<Executor> executor_;  // worker-owned: tensor records, the kernels' context
+
+  // The queue: producers push under mu_; the worker swaps the whole deque out.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command>* queue_ = nullptr;  // owned; pointer so the header needs no Command
+  bool stop_ = false;          // guarded by mu_
+  bool worker_waiting_ = false;  // guarded by mu_
+  std::thread worker_;
+  std::mutex sync_mu_;          // serialises synchronous-mode execution from many threads
+  std::atomic<uint64_t> executed_{0};
+
+  std::mutex error_mu_;
+  absl::Status first_error_;   // guarded by error_mu_
+};
+
+}  // namespace mtc

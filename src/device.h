@@ -1,0 +1,65 @@
+// Device: one compute device of a rank (the CPU, or one GPU) and its memory arena.
+//
+// The arena is taken once at start-up (one aligned host block on the CPU, one cudaMalloc
+// on a GPU) and split as m = m1 + m2: [0, m1) is the comm/gradient region, [m1, m) the
+// compute region. Only the kernels and the copy engine differ between device types.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "alloc/region.h"
+#include "op_def.h"
+
+namespace mtc {
+
+struct DeviceOptions {
+  DeviceType type = DeviceType::kCPU;
+  int ordinal = 0;            // which GPU; 0 on the CPU
+  size_t memory_bytes = 0;    // m = m1 + m2; 0 picks a default (see runtime.h)
+  size_t comm_bytes = 0;      // m1; 0 picks a default
+  int num_threads = 0;        // CPU kernel threads; 0: OMP_NUM_THREADS or all cores
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  DeviceType type() const { return type_; }
+  int ordinal() const { return ordinal_; }
+  int num_threads() const { return num_threads_; }
+
+  alloc::Region& comm_region() { return *comm_; }
+  alloc::Region& compute_region() { return *compute_; }
+  // Pointers into the arena for blocks of either region.
+  std::byte* comm_ptr(alloc::Block b) const { return base_ + b.offset; }
+  std::byte* compute_ptr(alloc::Block b) const { return base_ + comm_->capacity() + b.offset; }
+
+  // Copies between host memory and this device's memory, and within the device. They
+  // complete before returning (the CUDA device orders them on its copy stream).
+  virtual absl::Status copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual absl::Status copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  // synchronize: waits for all work issued on this device.
+  virtual absl::Status synchronize() = 0;
+  // on_worker_start: called on the interpreter's worker thread before its first command
+  // (binds the GPU, sets the CPU thread count).
+  virtual void on_worker_start() {}
+  virtual std::string describe() const = 0;
+
+ protected:
+  Device(DeviceType t, int ordinal, int threads) : type_(t), ordinal_(ordinal), num_threads_(threads) {}
+  void init_regions(std::byte* base, size_t comm_bytes, size_t compute_bytes);
+
+  DeviceType type_;
+  int ordinal_;
+  int num_threads_;
+  std::byte* base_ = nullptr;
+  std::unique_ptr<alloc::Region> comm_;
+  std::unique_ptr<alloc::Region> compute_;
+};
+
+// make_device: the device the options name, with its arena taken. Fails with a Status
+// (not a crash) when the memory cannot be had or the device type is not built in.
+absl::StatusOr<std::shared_ptr<Device>> make_device(const DeviceOptions& opts);
+
+}  // namespace mtc

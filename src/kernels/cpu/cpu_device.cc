@@ -1,0 +1,85 @@
+// The CPU device: one aligned host block as the arena, memcpy as the copy engine, and the
+// OpenMP / OpenBLAS thread count set on the interpreter's worker thread.
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "device.h"
+#include "mtc/status.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace mtc {
+namespace {
+
+class CpuDevice final : public Device {
+ public:
+  CpuDevice(int threads, std::byte* base, size_t comm, size_t compute)
+      : Device(DeviceType::kCPU, 0, threads), arena_(base) {
+    init_regions(base, comm, compute);
+  }
+  ~CpuDevice() override { std::free(arena_); }
+
+  absl::Status copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status copy_on_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status synchronize() override { return absl::OkStatus(); }
+  void on_worker_start() override {
+    omp_set_num_threads(num_threads_);
+    openblas_set_num_threads(num_threads_);
+  }
+  std::string describe() const override {
+    return absl::StrFormat("cpu (%d threads), arena %s: comm %s + compute %s", num_threads_,
+                           alloc::format_bytes(comm_->capacity() + compute_->capacity()),
+                           alloc::format_bytes(comm_->capacity()),
+                           alloc::format_bytes(compute_->capacity()));
+  }
+
+ private:
+  std::byte* arena_;
+};
+
+}  // namespace
+
+void Device::init_regions(std::byte* base, size_t comm_bytes, size_t compute_bytes) {
+  base_ = base;
+  comm_ = std::make_unique<alloc::Region>("comm region", comm_bytes);
+  compute_ = std::make_unique<alloc::Region>("compute region", compute_bytes);
+}
+
+absl::StatusOr<std::shared_ptr<Device>> make_cpu_device(const DeviceOptions& o) {
+  int threads = o.num_threads;
+  if (threads <= 0) {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    threads = env ? std::atoi(env) : 0;
+    if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+    if (threads <= 0) threads = 1;
+  }
+  const size_t comm = o.comm_bytes / alloc::kAlignment * alloc::kAlignment;
+  if (o.memory_bytes <= comm) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "memory size %d bytes leaves nothing for the compute region after the comm region's %d",
+        o.memory_bytes, comm));
+  }
+  const size_t total = (o.memory_bytes + alloc::kAlignment - 1) / alloc::kAlignment * alloc::kAlignment;
+  void* p = std::aligned_alloc(alloc::kAlignment, total);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot take a %s arena from host memory", alloc::format_bytes(total)));
+  }
+  return std::make_shared<CpuDevice>(threads, static_cast<std::byte*>(p), comm, total - comm);
+}
+
+}  // namespace mtc

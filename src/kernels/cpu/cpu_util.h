@@ -1,0 +1,53 @@
+// Helpers shared by the CPU kernels: parallel loops over elements and a strided walk for
+// broadcasting. Kernel threads are OpenMP's, set on the interpreter's worker thread.
+#pragma once
+
+#include <cstdint>
+
+#include "mtc/tensor.h"
+
+namespace mtc::cpu {
+
+// Below this many elements a loop runs on one thread: forking costs more.
+inline constexpr int64_t kParallelGrain = 1 << 15;  // elements
+
+// broadcast_strides: strides (in elements) for reading `in` as if it had shape `out`
+// (right-aligned; broadcast dims get stride 0).
+inline Shape broadcast_strides(const Shape& in, const Shape& out) {
+  Shape st(out.size(), 0);
+  int64_t stride = 1;
+  for (int i = static_cast<int>(in.size()) - 1; i >= 0; --i) {
+    const int o = i + static_cast<int>(out.size() - in.size());
+    st[o] = in[i] == 1 ? 0 : stride;
+    stride *= in[i];
+  }
+  return st;
+}
+
+// for_each_strided: calls f(out_index, a_offset, b_offset) for every element of `out`,
+// row-major, with a and b read through their strides. One thread per outer slice.
+template <typename F>
+void for_each_strided(const Shape& out, const Shape& sa, const Shape& sb, F&& f) {
+  const int nd = static_cast<int>(out.size());
+  if (nd == 0) {
+    f(0, 0, 0);
+    return;
+  }
+  const int64_t inner = out[nd - 1];
+  const int64_t outer = numel(out) / (inner == 0 ? 1 : inner);
+  if (inner == 0) return;
+#pragma omp parallel for if (outer * inner > kParallelGrain)
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rem = o, ao = 0, bo = 0;
+    for (int d = nd - 2; d >= 0; --d) {
+      const int64_t idx = rem % out[d];
+      rem /= out[d];
+      ao += idx * sa[d];
+      bo += idx * sb[d];
+    }
+    const int64_t as = sa[nd - 1], bs = sb[nd - 1];
+    for (int64_t i = 0; i < inner; ++i) f(o * inner + i, ao + i * as, bo + i * bs);
+  }
+}
+
+}  // namespace mtc::cpu

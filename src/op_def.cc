@@ -1,0 +1,56 @@
+// The op-schema list and OpDef's defaults.
+#include "op_def.h"
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace mtc {
+namespace {
+std::mutex& schema_mu() {
+  static std::mutex m;
+  return m;
+}
+std::vector<const OpSchema*>& schema_list() {
+  static std::vector<const OpSchema*> v;
+  return v;
+}
+}  // namespace
+
+const char* device_type_name(DeviceType t) { return t == DeviceType::kCPU ? "cpu" : "cuda"; }
+
+OpSchema::OpSchema(const char* n) : name(n) {
+  std::lock_guard<std::mutex> l(schema_mu());
+  schema_list().push_back(this);
+}
+
+std::vector<const OpSchema*> all_op_schemas() {
+  std::lock_guard<std::mutex> l(schema_mu());
+  return schema_list();
+}
+
+OpCost OpDef::cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const {
+  OpCost c;
+  for (const TensorDesc& d : in) c.bytes_read += static_cast<double>(d.bytes());
+  for (const TensorDesc& d : out) {
+    c.bytes_written += static_cast<double>(d.bytes());
+    c.flops += static_cast<double>(d.numel());
+  }
+  return c;
+}
+
+absl::StatusOr<TensorList> OpDef::backward(const BackwardArgs&) const {
+  return absl::UnimplementedError(absl::StrCat("op ", name(), " has no backward rule"));
+}
+
+std::string op_context(const OpDef& op, std::span<const TensorDesc> in) {
+  std::string a = op.attrs();
+  return absl::StrCat(op.name(), a.empty() ? "" : "(", a, a.empty() ? "" : ")", " on ",
+                      in.empty() ? "no inputs"
+                                 : absl::StrJoin(in, ", ", [](std::string* out, const TensorDesc& d) {
+                                     out->append(d.str());
+                                   }));
+}
+
+}  // namespace mtc

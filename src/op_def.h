@@ -1,0 +1,136 @@
+// OpDef: what every op declares, and the kernel table its kernels register into.
+//
+// An op type derives from OpDef and declares, in one place: shape inference, a cost
+// estimate, its backward rule (written with ops, so gradients also flow through the
+// interpreter), which of its inputs and outputs the backward needs, and which inputs it
+// mutates. Kernels live apart (src/kernels/<device>/) and register per device type into
+// the op's schema: the interpreter looks up schema().kernels[device] and never names a
+// device itself, so the CUDA kernels slot in beside the CPU ones.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "mtc/status.h"
+#include "mtc/tensor.h"
+
+namespace mtc {
+
+enum class DeviceType : uint8_t { kCPU = 0, kCUDA = 1 };
+inline constexpr int kNumDeviceTypes = 2;
+const char* device_type_name(DeviceType t);
+
+class OpDef;
+class Device;
+
+// TensorView: a tensor's data as a kernel sees it.
+struct TensorView {
+  void* data = nullptr;
+  const TensorDesc* desc = nullptr;
+  float* f32() const { return static_cast<float*>(data); }
+  int32_t* i32() const { return static_cast<int32_t*>(data); }
+  const Shape& shape() const { return desc->shape; }
+  int64_t dim(int i) const { return desc->shape[i < 0 ? i + desc->shape.size() : i]; }
+  int ndim() const { return static_cast<int>(desc->shape.size()); }
+  int64_t numel() const { return desc->numel(); }
+  size_t bytes() const { return desc->bytes(); }
+};
+
+// KernelContext: what a kernel may use besides its tensors.
+class KernelContext {
+ public:
+  virtual ~KernelContext() = default;
+  // scratch: device memory valid until the kernel returns, carved from the compute region.
+  virtual absl::StatusOr<void*> scratch(size_t bytes) = 0;
+  virtual Device& device() = 0;
+};
+
+struct KernelArgs {
+  std::span<const TensorView> in;
+  std::span<const TensorView> out;
+  KernelContext& ctx;
+};
+
+using KernelFn = absl::Status (*)(const OpDef& op, const KernelArgs& args);
+
+// OpSchema: one per op type; its name and its kernel per device type.
+struct OpSchema {
+  explicit OpSchema(const char* n);
+  const char* name;  // a string literal
+  KernelFn kernels[kNumDeviceTypes] = {};
+};
+// all_op_schemas: every op type whose schema has been created (for tools and tests).
+std::vector<const OpSchema*> all_op_schemas();
+
+// OpCost: an estimate for the cost models (DTP) and the eviction heuristics.
+struct OpCost {
+  double flops = 0;
+  double bytes_read = 0;
+  double bytes_written = 0;
+};
+
+// BackwardArgs: what a backward rule gets. inputs/outputs hold only what the op asked
+// to save (undefined otherwise); grad_outputs are undefined where no gradient flows.
+struct BackwardArgs {
+  std::span<const Tensor> inputs;
+  std::span<const Tensor> outputs;
+  std::span<const Tensor> grad_outputs;
+  std::span<const TensorDesc> input_descs;
+  std::span<const TensorDesc> output_descs;
+  std::span<const bool> needs_input_grad;
+};
+
+class OpDef {
+ public:
+  virtual ~OpDef() = default;
+  virtual const OpSchema& schema() const = 0;
+  const char* name() const { return schema().name; }
+
+  // infer: output descriptions from input descriptions, or InvalidArgument naming what
+  // was wrong and what was expected (the interpreter prefixes the op and input shapes).
+  virtual absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const = 0;
+  // cost: default counts one flop per output element and every byte in and out.
+  virtual OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const;
+  // backward: input gradients (undefined where none), built from ops. The default says
+  // the op is not differentiable.
+  virtual absl::StatusOr<TensorList> backward(const BackwardArgs& args) const;
+  virtual bool differentiable() const { return true; }
+  // num_outputs: how many outputs the op makes (known before infer runs).
+  virtual int num_outputs() const { return 1; }
+  // Bit masks over input / output indexes: what backward needs saved.
+  virtual uint64_t saves_inputs() const { return ~uint64_t{0}; }
+  virtual uint64_t saves_outputs() const { return 0; }
+  // mutates_inputs: inputs the kernel writes in place (optimizer state, running stats).
+  virtual uint64_t mutates_inputs() const { return 0; }
+  // attrs: the op's attributes for messages and traces, e.g. "stride=1 padding=1".
+  virtual std::string attrs() const { return ""; }
+};
+
+// MTC_OP_SCHEMA("name"): declares an op type's schema inside its class.
+#define MTC_OP_SCHEMA(op_name)                                          \
+  static ::mtc::OpSchema& static_schema() {                             \
+    static ::mtc::OpSchema s(op_name);                                  \
+    return s;                                                           \
+  }                                                                     \
+  const ::mtc::OpSchema& schema() const override { return static_schema(); }
+
+// MTC_REGISTER_KERNEL(OpType, DeviceType::kCPU, fn): fn is
+// absl::Status fn(const OpType&, const KernelArgs&).
+#define MTC_REGISTER_KERNEL(OpType, device, fn)                                          \
+  static const bool MTC_CONCAT(mtc_kernel_registered_, __LINE__) = [] {                   \
+    OpType::static_schema().kernels[static_cast<int>(device)] =                          \
+        [](const ::mtc::OpDef& op, const ::mtc::KernelArgs& a) -> absl::Status {         \
+      return fn(static_cast<const OpType&>(op), a);                                      \
+    };                                                                                   \
+    return true;                                                                         \
+  }()
+
+// op_context: "conv2d(stride=1 padding=1) on f32[64,3,32,32], f32[16,3,3,3]", for messages.
+std::string op_context(const OpDef& op, std::span<const TensorDesc> in);
+
+}  // namespace mtc
