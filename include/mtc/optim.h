@@ -1,0 +1,91 @@
+// Optimizers after torch.optim: SGD (momentum, dampening, weight decay, Nesterov) and
+// AdamW, with PyTorch's exact update formulas. step() issues ONE in-place op per
+// parameter (it mutates the parameter and its state, makes no outputs) under
+// NoGradGuard; it returns at once and errors surface at the next synchronising call.
+// Optimizer state is persistent (never evicted), created at a parameter's first step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mtc/tensor.h"
+
+namespace mtc::optim {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // step: updates every parameter that has a gradient (others are skipped, as PyTorch).
+  virtual void step() = 0;
+  // zero_grad: clears every parameter's gradient (set_to_none, PyTorch's default).
+  void zero_grad();
+  float lr() const { return lr_; }
+  void set_lr(float lr) { lr_ = lr; }  // for schedules
+  const TensorList& params() const { return params_; }
+
+ protected:
+  Optimizer(TensorList params, float lr) : params_(std::move(params)), lr_(lr) {}
+  TensorList params_;
+  float lr_;
+};
+
+struct SgdOptions {
+  float lr = 0.1f;
+  float momentum = 0.f;
+  float dampening = 0.f;
+  float weight_decay = 0.f;
+  bool nesterov = false;
+};
+
+// Sgd, per parameter p with gradient g (torch.optim.SGD):
+//   d = g + weight_decay * p
+//   buf = d at the first step, else momentum * buf + (1 - dampening) * d  (if momentum != 0)
+//   d = d + momentum * buf if nesterov, else buf                          (if momentum != 0)
+//   p = p - lr * d
+class Sgd final : public Optimizer {
+ public:
+  // create: InvalidArgument for a negative lr, momentum or weight decay, or Nesterov
+  // without momentum or with dampening (PyTorch's checks).
+  static absl::StatusOr<std::unique_ptr<Sgd>> create(TensorList params, const SgdOptions& o);
+  void step() override;
+  const SgdOptions& options() const { return opts_; }
+  // momentum_buffer: parameter i's buffer; undefined before its first step or without momentum.
+  const Tensor& momentum_buffer(size_t i) const { return bufs_[i]; }
+
+ private:
+  Sgd(TensorList params, const SgdOptions& o);
+  SgdOptions opts_;
+  TensorList bufs_;
+};
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f, beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 1e-2f;
+};
+
+// AdamW, per parameter at its step t = 1, 2, ... (torch.optim.AdamW, amsgrad off):
+//   p = p * (1 - lr * weight_decay)
+//   m = m + (1 - beta1) * (g - m);  v = beta2 * v + (1 - beta2) * g * g
+//   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+class AdamW final : public Optimizer {
+ public:
+  // create: InvalidArgument for a negative lr, eps or weight decay, or betas outside [0, 1).
+  static absl::StatusOr<std::unique_ptr<AdamW>> create(TensorList params, const AdamWOptions& o);
+  void step() override;
+  const AdamWOptions& options() const { return opts_; }
+  const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
+  const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+
+ private:
+  AdamW(TensorList params, const AdamWOptions& o);
+  AdamWOptions opts_;
+  TensorList exp_avg_, exp_avg_sq_;
+  std::vector<int64_t> steps_;  // per parameter, as PyTorch's state["step"]
+};
+
+}  // namespace mtc::optim
