@@ -10,6 +10,7 @@
 #include "mtc/ops.h"
 #include "mtc/runtime.h"
 #include "mtc/status.h"
+#include "ops/elementwise.h"
 
 namespace mtc {
 
@@ -82,7 +83,9 @@ absl::Status run_backward(const Tensor& root, Tensor grad_root) {
     return absl::InvalidArgumentError("backward: the loss does not require grad (no input to it does)");
   }
   NoGradGuard no_grad;
-  if (!grad_root.defined()) grad_root = ones(root.shape());
+  if (!grad_root.defined()) {  // ones, on the loss's own interpreter
+    grad_root = root.interpreter()->apply(std::make_shared<FillOp>(root.shape(), 1.0f), {})[0];
+  }
 
   const auto& root_meta = root.meta();
   if (!root_meta->grad_fn) {  // the loss is itself a leaf
