@@ -5,7 +5,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-
 #include "gtest/gtest.h"
 #include "mtc/ops.h"
 #include "op_check.h"
