@@ -85,7 +85,8 @@ TEST(ShapeOps, Permute) {
 TEST(ShapeOps, PermuteLargeTakesParallelPath) {
   auto rt = make_test_runtime();
   check_op({{32, 48, 40}}, [](const TensorList& x) { return permute(x[0], {1, 2, 0}); },
-           [](const std::vector<RefTensor>& x) { return permuted(x[0], {1, 2, 0}); }, {.fwd_atol = 0, .fwd_rtol = 0, .check_backward = false});
+           [](const std::vector<RefTensor>& x) { return permuted(x[0], {1, 2, 0}); },
+           {.fwd_atol = 0, .fwd_rtol = 0, .check_backward = false});
 }
 
 TEST(ShapeOps, Concat) {

@@ -56,7 +56,8 @@ TEST(Softmax, AlongEachDim) {
              [dim](const std::vector<RefTensor>& x) { return ref_softmax(x[0], dim, false); }, kTight);
   }
   check_op({{3, 5}}, [](const TensorList& x) { return softmax(x[0], 1); },
-           [](const std::vector<RefTensor>& x) { return ref_softmax(x[0], 1, false); }, {.grad_atol = 1e-5, .grad_rtol = 1e-4, .lo = -4, .hi = 4});
+           [](const std::vector<RefTensor>& x) { return ref_softmax(x[0], 1, false); },
+           {.grad_atol = 1e-5, .grad_rtol = 1e-4, .lo = -4, .hi = 4});
 }
 
 TEST(Softmax, LogSoftmaxAlongEachDim) {

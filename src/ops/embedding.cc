@@ -13,7 +13,9 @@ absl::Status EmbeddingOp::infer(std::span<const TensorDesc> in, std::vector<Tens
   MTC_RETURN_IF_ERROR(expect_num_inputs(in, 2));
   MTC_RETURN_IF_ERROR(expect_dtype(in[0], DType::kF32, "weight"));
   MTC_RETURN_IF_ERROR(expect_dtype(in[1], DType::kI32, "indices"));
-  if (in[0].shape.size() != 2) return absl::InvalidArgumentError(absl::StrCat("weight is ", in[0].str(), ", expected (V, D)"));
+  if (in[0].shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("weight is ", in[0].str(), ", expected (V, D)"));
+  }
   Shape s = in[1].shape;
   s.push_back(in[0].shape[1]);
   out.push_back(TensorDesc{std::move(s), DType::kF32});

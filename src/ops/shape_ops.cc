@@ -15,7 +15,9 @@ namespace mtc {
 absl::StatusOr<int> resolve_dim(int dim, int ndim) {
   const int k = dim < 0 ? dim + ndim : dim;
   if (k < 0 || k >= ndim) {
-    if (ndim == 0) return absl::InvalidArgumentError(absl::StrCat("dim ", dim, " given for a 0-d tensor, which has no dims"));
+    if (ndim == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("dim ", dim, " given for a 0-d tensor, which has no dims"));
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("dim ", dim, " is out of range for ", ndim, " dims (expected ", -ndim, "..", ndim - 1, ")"));
   }
@@ -110,7 +112,8 @@ absl::StatusOr<TensorList> PermuteOp::backward(const BackwardArgs& a) const {
 }
 
 std::string PermuteOp::attrs() const {
-  return is_transpose ? absl::StrCat("d0=", dims[0], " d1=", dims[1]) : absl::StrCat("dims=[", absl::StrJoin(dims, ","), "]");
+  if (is_transpose) return absl::StrCat("d0=", dims[0], " d1=", dims[1]);
+  return absl::StrCat("dims=[", absl::StrJoin(dims, ","), "]");
 }
 
 // ---- concat ----

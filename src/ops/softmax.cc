@@ -66,6 +66,12 @@ absl::Status CrossEntropyOp::infer(std::span<const TensorDesc> in, std::vector<T
   return absl::OkStatus();
 }
 
+OpCost CrossEntropyOp::cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const {
+  OpCost c = OpDef::cost(in, out);
+  c.flops = 4.0 * static_cast<double>(in[0].numel());  // max, exp, sum, subtract: per logit
+  return c;
+}
+
 absl::StatusOr<TensorList> CrossEntropyOp::backward(const BackwardArgs& a) const {
   const Tensor& dy = a.grad_outputs[0];
   TensorList g(2);  // labels get no gradient
@@ -78,7 +84,9 @@ absl::Status CrossEntropyGradOp::infer(std::span<const TensorDesc> in, std::vect
   MTC_RETURN_IF_ERROR(expect_num_inputs(in, 3));
   MTC_RETURN_IF_ERROR(check_cross_entropy_inputs(in[0], in[1]));
   MTC_RETURN_IF_ERROR(expect_dtype(in[2], DType::kF32, "gradient"));
-  if (in[2].numel() != 1) return absl::InvalidArgumentError(absl::StrCat("gradient is ", in[2].str(), ", expected one element"));
+  if (in[2].numel() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient is ", in[2].str(), ", expected one element"));
+  }
   out.push_back(in[0]);
   return absl::OkStatus();
 }

@@ -43,6 +43,8 @@ struct SoftmaxGradOp final : OpDef {
 struct CrossEntropyOp final : OpDef {
   MTC_OP_SCHEMA("cross_entropy")
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  // cost: the default counts one flop for the one output; the work is per logit.
+  OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0b11; }
 };
