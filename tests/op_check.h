@@ -161,4 +161,13 @@ inline void check_op(const std::vector<InputSpec>& specs, const MtcFn& fn, const
               o.grad_atol, o.grad_rtol);
 }
 
+// expect_op_error: t's op failed (at shape inference or in its kernel) with InvalidArgument,
+// and the message, read at the synchronising to_vector, holds every piece.
+inline void expect_op_error(const Tensor& t, std::initializer_list<const char*> pieces) {
+  absl::Status s = t.dtype() == DType::kI32 ? t.to_vector_i32().status() : t.to_vector().status();
+  ASSERT_FALSE(s.ok()) << "expected an error from " << t.desc().str();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  for (const char* p : pieces) EXPECT_NE(s.message().find(p), std::string::npos) << "missing '" << p << "' in: " << s;
+}
+
 }  // namespace mtc

@@ -50,4 +50,13 @@ void for_each_strided(const Shape& out, const Shape& sa, const Shape& sb, F&& f)
   }
 }
 
+// first_out_of_range: the position of the first value outside [0, limit), or -1 (for
+// kernels that index with i32 labels or indices).
+inline int64_t first_out_of_range(const int32_t* v, int64_t n, int64_t limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (v[i] < 0 || v[i] >= limit) return i;
+  }
+  return -1;
+}
+
 }  // namespace mtc::cpu

@@ -1,0 +1,63 @@
+// Softmax-family ops: softmax and log_softmax along one dim (numerically stable: the
+// line's max is subtracted first), their gradient op, and cross_entropy, one fused op of
+// log_softmax and the mean negative log-likelihood, with its gradient op.
+#pragma once
+
+#include "op_def.h"
+
+namespace mtc {
+
+// SoftmaxOp: softmax (or log_softmax) of x along `dim`. Backward needs only the output.
+struct SoftmaxOp final : OpDef {
+  SoftmaxOp(int dim, bool log) : dim(dim), log(log) {}
+  const OpSchema& schema() const override;
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+  uint64_t saves_inputs() const override { return 0; }
+  uint64_t saves_outputs() const override { return 1; }
+  std::string attrs() const override;
+  static OpSchema& softmax_schema();
+  static OpSchema& log_softmax_schema();
+  int dim;
+  bool log;
+};
+
+// SoftmaxGradOp: dx from (y, dy), y the forward's output.
+//   softmax:     dx = y * (dy - sum(dy * y))
+//   log_softmax: dx = dy - exp(y) * sum(dy)          (sums along dim)
+struct SoftmaxGradOp final : OpDef {
+  SoftmaxGradOp(int dim, bool log) : dim(dim), log(log) {}
+  const OpSchema& schema() const override;
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+  std::string attrs() const override;
+  static OpSchema& softmax_grad_schema();
+  static OpSchema& log_softmax_grad_schema();
+  int dim;
+  bool log;
+};
+
+// CrossEntropyOp: logits f32 (N, C), labels i32 (N) -> mean over rows of
+// logsumexp(logits[n]) - logits[n, labels[n]], shape []. A label outside [0, C) fails
+// the kernel with InvalidArgument.
+struct CrossEntropyOp final : OpDef {
+  MTC_OP_SCHEMA("cross_entropy")
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  // cost: the default counts one flop for the one output; the work is per logit.
+  OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const override;
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+  uint64_t saves_inputs() const override { return 0b11; }
+};
+
+// CrossEntropyGradOp: (logits, labels, dy []) -> dlogits = (softmax(logits) - onehot) * dy / N.
+struct CrossEntropyGradOp final : OpDef {
+  MTC_OP_SCHEMA("cross_entropy_grad")
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+};
+
+// check_cross_entropy_inputs: InvalidArgument unless logits is f32 (N, C) with C >= 1
+// and labels is i32 (N).
+absl::Status check_cross_entropy_inputs(const TensorDesc& logits, const TensorDesc& labels);
+
+}  // namespace mtc
