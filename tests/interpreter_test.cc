@@ -22,7 +22,10 @@ namespace {
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (const char* old = std::getenv(name)) {
+      old_ = old;
+      had_ = true;
+    }
     setenv(name, value, 1);
   }
   ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
@@ -158,8 +161,8 @@ TEST_P(ModeTest, WorkerErrorSurfacesAtNextSyncAndRuntimeRecovers) {
   o.synchronous = synchronous();
   auto rt = Runtime::create(o);
   ASSERT_TRUE(rt.ok()) << rt.status();
-  std::vector<float> av(512), bv(512);
-  for (int i = 0; i < 512; ++i) av[i] = static_cast<float>(i), bv[i] = 1.0f;
+  std::vector<float> av(512), bv(512, 1.0f);
+  for (int i = 0; i < 512; ++i) av[i] = static_cast<float>(i);
   Tensor a = from_vector({512, 1}, av);
   Tensor b = from_vector({1, 512}, bv);
   const size_t baseline = compute_allocated(**rt);
