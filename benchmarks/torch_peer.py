@@ -123,7 +123,8 @@ def main(argv):
     rss_end = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak = (rss_end - rss_start) * 1024
     print(f"torch {torch.__version__}: {a.model} ({sum(p.numel() for p in model.parameters())} "
-          f"parameters), {torch.get_num_threads()} threads, peak RSS {rss_end / 1024:.0f} MiB",
+          f"parameters), {torch.get_num_threads()} threads, oneDNN "
+          f"{'on' if torch.backends.mkldnn.is_available() else 'off'}, peak RSS {rss_end / 1024:.0f} MiB",
           file=sys.stderr)
     print(f"summary model={a.model} batch={a.batch} iterations={a.iterations} "
           f"sec_per_iter={sec:.4f} samples_per_sec={a.batch / sec:.1f} final_loss={loss:.6f} "
