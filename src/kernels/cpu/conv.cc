@@ -2,6 +2,7 @@
 // OIHW; each primitive is created with layouts left to oneDNN (format "any", which picks
 // its blocked nChw16c-style kernels) and the kernel reorders in and out through scratch.
 // See Note [Conv layouts] for why, and the measured alternatives.
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -87,13 +88,18 @@ struct ConvGeometry {
   static memory::desc any(const memory::dims& d) { return {d, memory::data_type::f32, Tag::any}; }
 };
 
+// make_arg: one argument of a plan; its reorder (if any) also takes a user scratchpad.
 ConvPlan::Arg make_arg(int dnnl_arg, int tensor, bool is_output, const memory::desc& plain,
-                       const memory::desc& chosen) {
+                       const memory::desc& chosen, size_t& scratchpad_bytes) {
   ConvPlan::Arg a{dnnl_arg, tensor, is_output, plain, chosen, {}};
   if (a.needs_reorder()) {
     dnnl::engine& e = cpu_engine();
-    a.reorder = is_output ? dnnl::reorder(dnnl::reorder::primitive_desc(e, chosen, e, plain))
-                          : dnnl::reorder(dnnl::reorder::primitive_desc(e, plain, e, chosen));
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::reorder::primitive_desc pd = is_output ? dnnl::reorder::primitive_desc(e, chosen, e, plain, attr)
+                                                       : dnnl::reorder::primitive_desc(e, plain, e, chosen, attr);
+    a.reorder = dnnl::reorder(pd);
+    scratchpad_bytes = std::max(scratchpad_bytes, pd.scratchpad_desc().get_size());
   }
   return a;
 }
@@ -112,14 +118,15 @@ std::unique_ptr<ConvPlan> make_plan(Pass pass, const Conv2dOptions& o, const Sha
                                      g.strides, g.dilates, g.pad, g.pad);
   const convolution_forward::primitive_desc fpd(fd, attr, e);
   auto plan = std::make_unique<ConvPlan>();
+  size_t sp = 0;  // scratchpad bytes: the primitive's, or the largest reorder's
   switch (pass) {
     case Pass::kForward: {
       plan->prim = convolution_forward(fpd);
-      plan->scratchpad_bytes = fpd.scratchpad_desc().get_size();
-      plan->args.push_back(make_arg(DNNL_ARG_SRC, 0, false, g.plain_x(), fpd.src_desc()));
-      plan->args.push_back(make_arg(DNNL_ARG_WEIGHTS, 1, false, g.plain_w(), fpd.weights_desc()));
-      if (bias) plan->args.push_back(make_arg(DNNL_ARG_BIAS, 2, false, g.plain_b(), fpd.bias_desc()));
-      plan->args.push_back(make_arg(DNNL_ARG_DST, 0, true, g.plain_y(), fpd.dst_desc()));
+      sp = fpd.scratchpad_desc().get_size();
+      plan->args.push_back(make_arg(DNNL_ARG_SRC, 0, false, g.plain_x(), fpd.src_desc(), sp));
+      plan->args.push_back(make_arg(DNNL_ARG_WEIGHTS, 1, false, g.plain_w(), fpd.weights_desc(), sp));
+      if (bias) plan->args.push_back(make_arg(DNNL_ARG_BIAS, 2, false, g.plain_b(), fpd.bias_desc(), sp));
+      plan->args.push_back(make_arg(DNNL_ARG_DST, 0, true, g.plain_y(), fpd.dst_desc(), sp));
       break;
     }
     case Pass::kBackwardData: {
@@ -127,10 +134,10 @@ std::unique_ptr<ConvPlan> make_plan(Pass pass, const Conv2dOptions& o, const Sha
                                               g.pad);
       const convolution_backward_data::primitive_desc pd(d, attr, e, fpd);
       plan->prim = convolution_backward_data(pd);
-      plan->scratchpad_bytes = pd.scratchpad_desc().get_size();
-      plan->args.push_back(make_arg(DNNL_ARG_DIFF_DST, 0, false, g.plain_y(), pd.diff_dst_desc()));
-      plan->args.push_back(make_arg(DNNL_ARG_WEIGHTS, 1, false, g.plain_w(), pd.weights_desc()));
-      plan->args.push_back(make_arg(DNNL_ARG_DIFF_SRC, 0, true, g.plain_x(), pd.diff_src_desc()));
+      sp = pd.scratchpad_desc().get_size();
+      plan->args.push_back(make_arg(DNNL_ARG_DIFF_DST, 0, false, g.plain_y(), pd.diff_dst_desc(), sp));
+      plan->args.push_back(make_arg(DNNL_ARG_WEIGHTS, 1, false, g.plain_w(), pd.weights_desc(), sp));
+      plan->args.push_back(make_arg(DNNL_ARG_DIFF_SRC, 0, true, g.plain_x(), pd.diff_src_desc(), sp));
       break;
     }
     case Pass::kBackwardWeights: {
@@ -138,14 +145,15 @@ std::unique_ptr<ConvPlan> make_plan(Pass pass, const Conv2dOptions& o, const Sha
                                                  g.pad, g.pad);
       const convolution_backward_weights::primitive_desc pd(d, attr, e, fpd);
       plan->prim = convolution_backward_weights(pd);
-      plan->scratchpad_bytes = pd.scratchpad_desc().get_size();
-      plan->args.push_back(make_arg(DNNL_ARG_SRC, 0, false, g.plain_x(), pd.src_desc()));
-      plan->args.push_back(make_arg(DNNL_ARG_DIFF_DST, 1, false, g.plain_y(), pd.diff_dst_desc()));
-      plan->args.push_back(make_arg(DNNL_ARG_DIFF_WEIGHTS, 0, true, g.plain_w(), pd.diff_weights_desc()));
-      if (bias) plan->args.push_back(make_arg(DNNL_ARG_DIFF_BIAS, 1, true, g.plain_b(), pd.diff_bias_desc()));
+      sp = pd.scratchpad_desc().get_size();
+      plan->args.push_back(make_arg(DNNL_ARG_SRC, 0, false, g.plain_x(), pd.src_desc(), sp));
+      plan->args.push_back(make_arg(DNNL_ARG_DIFF_DST, 1, false, g.plain_y(), pd.diff_dst_desc(), sp));
+      plan->args.push_back(make_arg(DNNL_ARG_DIFF_WEIGHTS, 0, true, g.plain_w(), pd.diff_weights_desc(), sp));
+      if (bias) plan->args.push_back(make_arg(DNNL_ARG_DIFF_BIAS, 1, true, g.plain_b(), pd.diff_bias_desc(), sp));
       break;
     }
   }
+  plan->scratchpad_bytes = sp;
   return plan;
 }
 
@@ -179,41 +187,52 @@ PlanCache& plan_cache() {
 }
 
 // run_plan: wraps the tensors, reorders the inputs that need it into scratch, runs the
-// primitive, reorders the outputs back.
+// primitive, reorders the outputs back. One scratchpad serves every step in turn.
 absl::Status run_plan(const ConvPlan& plan, const KernelArgs& a) {
   dnnl::engine& e = cpu_engine();
   thread_local dnnl::stream stream(cpu_engine());
-  std::vector<std::pair<memory, memory>> outputs_back;  // (chosen, plain)
-  std::unordered_map<int, memory> exec_args;
-  for (const ConvPlan::Arg& arg : plan.args) {
-    const TensorView& t = arg.is_output ? a.out[arg.tensor] : a.in[arg.tensor];
-    memory plain(arg.plain, e, t.data);
-    if (!arg.needs_reorder()) {
-      exec_args.emplace(arg.dnnl_arg, plain);
-      continue;
-    }
-    MTC_ASSIGN_OR_RETURN(void* buf, a.ctx.scratch(arg.chosen.get_size()));
-    memory chosen(arg.chosen, e, buf);
-    if (arg.is_output) {
-      outputs_back.emplace_back(chosen, plain);
-    } else {
-      arg.reorder.execute(stream, plain, chosen);
-    }
-    exec_args.emplace(arg.dnnl_arg, chosen);
-  }
+  memory scratchpad;
   if (plan.scratchpad_bytes > 0) {
     MTC_ASSIGN_OR_RETURN(void* buf, a.ctx.scratch(plan.scratchpad_bytes));
-    memory::desc d({static_cast<memory::dim>(plan.scratchpad_bytes)}, memory::data_type::u8, Tag::x);
-    exec_args.emplace(DNNL_ARG_SCRATCHPAD, memory(d, e, buf));
+    scratchpad = memory(memory::desc({static_cast<memory::dim>(plan.scratchpad_bytes)}, memory::data_type::u8, Tag::x),
+                        e, buf);
   }
-  plan.prim.execute(stream, exec_args);
-  size_t k = 0;
-  for (const ConvPlan::Arg& arg : plan.args) {
-    if (!arg.is_output || !arg.needs_reorder()) continue;
-    arg.reorder.execute(stream, outputs_back[k].first, outputs_back[k].second);
-    ++k;
+  auto reorder = [&](const ConvPlan::Arg& arg, const memory& from, const memory& to) {
+    std::unordered_map<int, memory> args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    if (scratchpad) args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad);
+    arg.reorder.execute(stream, args);
+  };
+  try {
+    std::vector<std::pair<memory, memory>> outputs_back;  // (chosen, plain), in plan order
+    std::unordered_map<int, memory> exec_args;
+    if (scratchpad) exec_args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad);
+    for (const ConvPlan::Arg& arg : plan.args) {
+      const TensorView& t = arg.is_output ? a.out[arg.tensor] : a.in[arg.tensor];
+      memory plain(arg.plain, e, t.data);
+      if (!arg.needs_reorder()) {
+        exec_args.emplace(arg.dnnl_arg, plain);
+        continue;
+      }
+      MTC_ASSIGN_OR_RETURN(void* buf, a.ctx.scratch(arg.chosen.get_size()));
+      memory chosen(arg.chosen, e, buf);
+      if (arg.is_output) {
+        outputs_back.emplace_back(chosen, plain);
+      } else {
+        reorder(arg, plain, chosen);
+      }
+      exec_args.emplace(arg.dnnl_arg, chosen);
+    }
+    plan.prim.execute(stream, exec_args);
+    size_t k = 0;
+    for (const ConvPlan::Arg& arg : plan.args) {
+      if (!arg.is_output || !arg.needs_reorder()) continue;
+      reorder(arg, outputs_back[k].first, outputs_back[k].second);
+      ++k;
+    }
+    stream.wait();
+  } catch (const dnnl::error& err) {
+    return absl::InternalError(absl::StrCat("oneDNN convolution failed: ", err.what()));
   }
-  stream.wait();
   return absl::OkStatus();
 }
 
