@@ -119,6 +119,23 @@ TEST(Conv2d, BitIdenticalRunToRun) {
   }
 }
 
+// oneDNN rejects empty problems; the kernels answer them directly.
+TEST(Conv2d, EmptyBatchAndEmptyChannels) {
+  auto rt = make_test_runtime();
+  Tensor w = ones({4, 3, 3, 3}).set_requires_grad(true), b = full({4}, 2.f).set_requires_grad(true);
+  Tensor y = conv2d(zeros({0, 3, 5, 5}), w, b, Conv2dOptions::make(1, 1));
+  EXPECT_EQ(shape_str(y.shape()), "[0,4,5,5]");
+  ASSERT_TRUE(sum(y).backward().ok());
+  EXPECT_EQ(*w.grad().to_vector(), std::vector<float>(4 * 27, 0.f));
+  EXPECT_EQ(*b.grad().to_vector(), std::vector<float>(4, 0.f));
+  // No input channels: every output is the bias, and db counts every output position.
+  Tensor w0 = zeros({4, 0, 3, 3}).set_requires_grad(true), b0 = full({4}, 2.f).set_requires_grad(true);
+  Tensor y0 = conv2d(zeros({2, 0, 5, 5}), w0, b0, Conv2dOptions::make(1, 1));
+  EXPECT_EQ(*y0.to_vector(), std::vector<float>(2 * 4 * 25, 2.f));
+  ASSERT_TRUE(sum(y0).backward().ok());
+  EXPECT_EQ(*b0.grad().to_vector(), std::vector<float>(4, 50.f));
+}
+
 TEST(Conv2d, ChannelMismatchIsAClearError) {
   auto rt = make_test_runtime();
   Tensor y = conv2d(zeros({2, 3, 8, 8}), zeros({16, 4, 3, 3}), Tensor(), Conv2dOptions::make(1, 1));

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "absl/container/flat_hash_map.h"
@@ -161,10 +162,12 @@ std::unique_ptr<ConvPlan> make_plan(Pass pass, const Conv2dOptions& o, const Sha
 // handful of conv shapes. The mutex guards the map only; a plan is immutable once made.
 class PlanCache {
  public:
-  using Key = std::array<int64_t, 17>;
+  using Key = std::array<int64_t, 18>;
   absl::StatusOr<const ConvPlan*> get(Pass pass, const Conv2dOptions& o, const Shape& xs, const Shape& ws, bool bias) {
+    // oneDNN sizes a primitive's work split (and its scratchpad) for the calling thread's
+    // OpenMP thread count, so that count is part of the key.
     const Key k{static_cast<int64_t>(pass), o.stride_h, o.stride_w, o.pad_h, o.pad_w, o.dilation_h, o.dilation_w,
-                o.groups, bias, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3]};
+                o.groups, bias, xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], omp_get_max_threads()};
     std::lock_guard<std::mutex> l(mu_);
     auto it = plans_.find(k);
     if (it != plans_.end()) return it->second.get();
@@ -236,34 +239,51 @@ absl::Status run_plan(const ConvPlan& plan, const KernelArgs& a) {
   return absl::OkStatus();
 }
 
-// zero_outputs: the result when the batch (or a channel count) is empty: oneDNN rejects
-// zero-sized problems, and an empty batch contributes no gradient.
-bool zero_outputs_if_empty(const KernelArgs& a) {
-  for (const TensorView& t : a.in) {
-    if (t.numel() == 0) {
-      for (const TensorView& o : a.out) std::memset(o.data, 0, o.bytes());
-      return true;
-    }
+// empty_problem: oneDNN rejects zero-sized problems; their results are plain. An empty
+// x or w gives y = bias (or 0), dx = 0, dw = 0 and db = the sum of dy.
+bool empty_problem(const KernelArgs& a) {
+  if (std::none_of(a.in.begin(), a.in.end(), [](const TensorView& t) { return t.numel() == 0; })) return false;
+  for (const TensorView& o : a.out) std::memset(o.data, 0, o.bytes());
+  return true;
+}
+
+// fill_bias: y (N, OC, OH, OW) = bias per channel; sum_bias: db (OC) = sum of dy (N, OC, OH, OW).
+void fill_bias(const TensorView& y, const float* bias) {
+  const int64_t n = y.dim(0), oc = y.dim(1), hw = y.dim(2) * y.dim(3);
+  for (int64_t i = 0; i < n * oc; ++i) std::fill_n(y.f32() + i * hw, hw, bias[i % oc]);
+}
+void sum_bias(const TensorView& dy, float* db) {
+  const int64_t n = dy.dim(0), oc = dy.dim(1), hw = dy.dim(2) * dy.dim(3);
+  for (int64_t c = 0; c < oc; ++c) {
+    double acc = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < hw; ++j) acc += dy.f32()[(i * oc + c) * hw + j];
+    db[c] = static_cast<float>(acc);
   }
-  return false;
 }
 
 absl::Status conv2d(const Conv2dOp& op, const KernelArgs& a) {
-  if (zero_outputs_if_empty(a)) return absl::OkStatus();
+  if (empty_problem(a)) {
+    if (op.has_bias) fill_bias(a.out[0], a.in[2].f32());
+    return absl::OkStatus();
+  }
   MTC_ASSIGN_OR_RETURN(const ConvPlan* plan,
                        plan_cache().get(Pass::kForward, op.o, a.in[0].shape(), a.in[1].shape(), op.has_bias));
   return run_plan(*plan, a);
 }
 
 absl::Status conv2d_backward_input(const Conv2dBackwardInputOp& op, const KernelArgs& a) {
-  if (zero_outputs_if_empty(a)) return absl::OkStatus();
+  if (empty_problem(a)) return absl::OkStatus();
   MTC_ASSIGN_OR_RETURN(const ConvPlan* plan,
                        plan_cache().get(Pass::kBackwardData, op.o, op.x_shape, a.in[1].shape(), false));
   return run_plan(*plan, a);
 }
 
 absl::Status conv2d_backward_weight(const Conv2dBackwardWeightOp& op, const KernelArgs& a) {
-  if (zero_outputs_if_empty(a)) return absl::OkStatus();
+  if (empty_problem(a)) {
+    if (op.with_bias) sum_bias(a.in[1], a.out[1].f32());
+    return absl::OkStatus();
+  }
   MTC_ASSIGN_OR_RETURN(const ConvPlan* plan,
                        plan_cache().get(Pass::kBackwardWeights, op.o, a.in[0].shape(), op.w_shape, op.with_bias));
   return run_plan(*plan, a);
