@@ -1,6 +1,8 @@
 // Tests of matmul (2-D, batched, broadcast, 2-D b over a batch, and the transpose flags its
 // gradients use) and linear (bias, 3-D and 1-D input): forward against a double
 // reference, gradients against finite differences, and shape errors.
+#include <cmath>
+
 #include "gtest/gtest.h"
 #include "autograd.h"
 #include "mtc/ops.h"
@@ -134,6 +136,24 @@ TEST(Linear, OnlyBiasNeedsGrad) {
   auto rt = make_test_runtime();
   check_op({InputSpec::no_grad({4, 5}), InputSpec::no_grad({3, 5}), {3}},
            [](const TensorList& t) { return linear(t[0], t[1], t[2]); }, linear_ref, kTol);
+}
+
+TEST(MatmulLinear, BitIdenticalRunToRun) {
+  auto rt = make_test_runtime();
+  std::vector<float> xv(8 * 64 * 96), wv(80 * 96);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37f * i);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.11f * i);
+  auto run = [&] {
+    Tensor x = from_vector({8, 64, 96}, xv).set_requires_grad(true);
+    Tensor w = from_vector({80, 96}, wv).set_requires_grad(true);
+    Tensor b = zeros({80}).set_requires_grad(true);
+    Tensor y = matmul(linear(x, w, b), w);
+    EXPECT_TRUE(sum(mul(y, y)).backward().ok());
+    return std::vector<std::vector<float>>{*y.to_vector(), *x.grad().to_vector(), *w.grad().to_vector(),
+                                           *b.grad().to_vector()};
+  };
+  auto first = run();
+  for (int rep = 0; rep < 2; ++rep) EXPECT_EQ(first, run());
 }
 
 TEST(MatmulLinear, ShapeErrors) {
