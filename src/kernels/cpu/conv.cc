@@ -21,18 +21,19 @@ namespace mtc::cpu {
 namespace {
 
 // Note [Conv layouts]
-// Measured on the ResNet-56 shapes (batch 64, 2 threads, fwd + bwd data + bwd weights),
-// with oneDNN 2.6:
-//  - plain nchw/oihw descriptors everywhere: oneDNN falls back to "gemm:jit" (im2col +
-//    its sgemm), 2-5x slower than the blocked kernels on the 3x3 shapes (16->16 @32x32:
-//    25 ms against 5.3 ms);
+// Measured on the ResNet-56 shapes (batch 64, 2 threads, fwd + bwd data + bwd weights,
+// best of runs on a shared 2-core Zen 4), oneDNN 2.6; for 3x3 16->16 @32x32:
 //  - format "any" + reorders of activations, weights and gradients (what PyTorch's ideep
-//    does): "jit:avx512_core" / "jit_1x1" kernels. Chosen; the reorders are included in
-//    the figures of benchmarks/conv_bench.cc.
+//    does): "jit:avx512_core" / "jit_1x1:avx512_core" kernels, 5.5 ms, of which ~1 ms
+//    is reorders. Chosen; benchmarks/conv_bench.cc puts it level with PyTorch.
+//  - plain nchw/oihw descriptors (any one of x, w, y plain is enough): oneDNN falls back
+//    to "x64:gemm:jit" (im2col + its own sgemm), 25 ms;
+//  - im2col + OpenBLAS cblas_sgemm per image (threads over images): 49 ms; GEMMs with
+//    M = 16 output channels are a poor fit for OpenBLAS.
 // Primitives are cached by shape (creating one costs milliseconds), with the scratchpad
 // owned by the caller (scratchpad_mode::user), so a cached primitive holds no buffers and
 // its execution draws all temporary memory from the compute region. oneDNN's CPU kernels
-// with a fixed thread count are deterministic run to run.
+// with a fixed thread count are deterministic run to run (tests/conv_test.cc checks).
 
 using dnnl::memory;
 using Tag = memory::format_tag;
