@@ -97,6 +97,15 @@ TEST(Conv2d, BlockedKernelShapes) {
   check_conv({2, 16, 5, 5}, {16, 16, 3, 3}, false, Conv2dOptions::make(2, 1));
 }
 
+TEST(Conv2d, OnlyBiasNeedsGrad) {
+  auto rt = make_test_runtime();
+  const Conv2dOptions o = Conv2dOptions::make(1, 1);
+  check_op({InputSpec::no_grad({2, 3, 5, 5}), InputSpec::no_grad({4, 3, 3, 3}), {4}},
+           [&](const TensorList& t) { return conv2d(t[0], t[1], t[2], o); },
+           [&](const std::vector<RefTensor>& r) { return conv_ref(r, o); },
+           {.fwd_atol = 1e-5, .fwd_rtol = 1e-5, .grad_atol = 1e-4, .grad_rtol = 1e-4});
+}
+
 TEST(Conv2d, BitIdenticalRunToRun) {
   auto rt = make_test_runtime();
   std::vector<float> xv(4 * 16 * 12 * 12), wv(32 * 16 * 3 * 3);
