@@ -62,7 +62,7 @@ absl::StatusOr<Block> Region::allocate(size_t bytes) {
 
 absl::StatusOr<Block> Region::allocate_at(size_t offset, size_t bytes) {
   const size_t size = round_up(bytes);
-  if (offset % kAlignment != 0 || offset + size > capacity_) {
+  if (offset % kAlignment != 0 || offset > capacity_ || size > capacity_ - offset) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: range [%d, %d) is misaligned or past the region's %d bytes", name_, offset,
         offset + size, capacity_));

@@ -25,7 +25,11 @@ namespace mtc::alloc {
 
 inline constexpr size_t kAlignment = 256;  // bytes; what cudaMalloc guarantees too
 
+// round_up: the bytes a request takes. Saturates rather than wrapping, so a request near
+// SIZE_MAX stays larger than any region.
 inline size_t round_up(size_t bytes) {
+  constexpr size_t kMaxRounded = SIZE_MAX / kAlignment * kAlignment;
+  if (bytes > kMaxRounded) return kMaxRounded;
   return bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 

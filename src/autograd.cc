@@ -10,11 +10,16 @@
 #include "mtc/ops.h"
 #include "mtc/runtime.h"
 #include "mtc/status.h"
-#include "ops/elementwise.h"
 
 namespace mtc {
 
 absl::Status Tensor::backward() const { return run_backward(*this); }
+
+namespace {
+// While backward runs, ops without tensor inputs (zeros for a missing gradient, ones for
+// the seed) are issued on the loss's interpreter, whichever runtime is current.
+thread_local Interpreter* tls_backward_interp = nullptr;
+}  // namespace
 
 TensorList call(std::shared_ptr<const OpDef> op, std::span<const Tensor> inputs) {
   Interpreter* interp = nullptr;
@@ -24,6 +29,7 @@ TensorList call(std::shared_ptr<const OpDef> op, std::span<const Tensor> inputs)
       break;
     }
   }
+  if (interp == nullptr) interp = tls_backward_interp;
   if (interp == nullptr) interp = &Runtime::current().interpreter();
 
   bool needs_grad = false;
@@ -83,9 +89,12 @@ absl::Status run_backward(const Tensor& root, Tensor grad_root) {
     return absl::InvalidArgumentError("backward: the loss does not require grad (no input to it does)");
   }
   NoGradGuard no_grad;
-  if (!grad_root.defined()) {  // ones, on the loss's own interpreter
-    grad_root = root.interpreter()->apply(std::make_shared<FillOp>(root.shape(), 1.0f), {})[0];
-  }
+  struct InterpScope {
+    Interpreter* prev;
+    explicit InterpScope(Interpreter* i) : prev(std::exchange(tls_backward_interp, i)) {}
+    ~InterpScope() { tls_backward_interp = prev; }
+  } scope(root.interpreter());
+  if (!grad_root.defined()) grad_root = ones(root.shape());
 
   const auto& root_meta = root.meta();
   if (!root_meta->grad_fn) {  // the loss is itself a leaf

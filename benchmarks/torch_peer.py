@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+# The PyTorch peer of mtc-train: the same CIFAR ResNet-(6n+2), optimiser, loss and
+# synthetic data, timed the same way, ending with the same `summary ...` line, so
+# resnet_cpu_vs_torch.sh can compare the two. Runs under Debian's python3-torch
+# (/usr/bin/python3). Exit status 2 on bad flags.
+import argparse
+import resource
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class BasicBlock(nn.Module):
+    """conv3x3-BN-ReLU-conv3x3-BN, plus a shortcut: 1x1 conv (stride s, no bias) + BN when
+    the shape changes, identity otherwise; ReLU after the sum."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class CifarResNet(nn.Module):
+    """ResNet-(6n+2) for 3x32x32 images: conv3x3 3->16, BN, ReLU; three stages of n blocks
+    with 16, 32, 64 channels (stride 2 at the first block of stages 2 and 3); global
+    average pool; Linear(64, classes)."""
+
+    def __init__(self, n, classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        blocks, cin = [], 16
+        for stage, cout in enumerate((16, 32, 64)):
+            for i in range(n):
+                blocks.append(BasicBlock(cin, cout, 2 if stage > 0 and i == 0 else 1))
+                cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x)))
+        x = self.blocks(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def resnet_depth(model):
+    """'resnet56' -> n = 9; None unless the name is resnet(6n+2) with n >= 1."""
+    if not model.startswith("resnet") or not model[6:].isdigit():
+        return None
+    depth = int(model[6:])
+    return (depth - 2) // 6 if depth >= 8 and (depth - 2) % 6 == 0 else None
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="PyTorch peer of mtc-train: CIFAR ResNet on synthetic data")
+    p.add_argument("--model", default="resnet56", help="resnet(6n+2): resnet20, resnet32, resnet56, ...")
+    p.add_argument("--batch", type=int, default=64, help="samples per iteration")
+    p.add_argument("--iterations", type=int, default=20, help="timed iterations")
+    p.add_argument("--warmup", type=int, default=3, help="untimed iterations before them")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default="synthetic", choices=["synthetic"])
+    p.add_argument("--lr", type=float, default=0.1)
+    a = p.parse_args(argv)  # exits with status 2 on a malformed flag
+    n = resnet_depth(a.model)
+    if n is None:
+        p.error(f"--model {a.model}: expected resnet(6n+2), e.g. resnet20 or resnet56")
+    for name in ("batch", "iterations", "threads"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(a, name)}")
+    if a.warmup < 0:
+        p.error(f"--warmup must be at least 0, got {a.warmup}")
+    return a, n
+
+
+def main(argv):
+    a, n = parse_args(argv)
+    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, torch imported
+    torch.set_num_threads(a.threads)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(a.seed)
+
+    model = CifarResNet(n)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
+    # Synthetic data: N(0, 1) images and uniform labels, made before the clock starts; a
+    # few distinct batches in turn so that no step sees the previous step's batch.
+    batches = [(torch.randn(a.batch, 3, 32, 32), torch.randint(0, 10, (a.batch,)))
+               for _ in range(min(4, a.warmup + a.iterations))]
+
+    def step(i):
+        x, y = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()  # waits for the step, as mtc-train's loss read does
+
+    for i in range(a.warmup):
+        step(i)
+    t0 = time.perf_counter()
+    loss = float("nan")
+    for i in range(a.iterations):
+        loss = step(a.warmup + i)
+    sec = (time.perf_counter() - t0) / a.iterations
+    # PyTorch's CPU allocator keeps no statistics: peak_compute_bytes is how much the
+    # process's peak resident set grew from just after `import torch` to the end (an
+    # upper bound: parameters, optimiser state, data, activations and malloc's caching).
+    rss_end = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = (rss_end - rss_start) * 1024
+    print(f"torch {torch.__version__}: {a.model} ({sum(p.numel() for p in model.parameters())} "
+          f"parameters), {torch.get_num_threads()} threads, oneDNN "
+          f"{'on' if torch.backends.mkldnn.is_available() else 'off'}, peak RSS {rss_end / 1024:.0f} MiB",
+          file=sys.stderr)
+    print(f"summary model={a.model} batch={a.batch} iterations={a.iterations} "
+          f"sec_per_iter={sec:.4f} samples_per_sec={a.batch / sec:.1f} final_loss={loss:.6f} "
+          f"peak_compute_bytes={peak}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,59 @@
+// conv2d as three ops: the forward (with an optional fused bias) and its two gradient
+// ops, so that backward runs through the interpreter like any other op. Layouts are
+// PyTorch's: x (N, C, H, W), w (OC, C/groups, KH, KW), bias (OC), y (N, OC, OH, OW).
+#pragma once
+
+#include "mtc/ops.h"
+#include "op_def.h"
+
+namespace mtc {
+
+// conv_out_size: PyTorch's output size along one dim (floor mode), or <= 0 when the
+// (dilated) kernel does not fit in the padded input.
+inline int64_t conv_out_size(int64_t in, int64_t kernel, int stride, int pad, int dilation) {
+  const int64_t span = static_cast<int64_t>(dilation) * (kernel - 1) + 1;
+  const int64_t room = in + 2 * static_cast<int64_t>(pad) - span;
+  return room < 0 ? 0 : room / stride + 1;
+}
+
+// Conv2dOp: y = conv(x, w) + bias. Inputs x, w[, bias].
+struct Conv2dOp final : OpDef {
+  MTC_OP_SCHEMA("conv2d")
+  Conv2dOp(Conv2dOptions o, bool has_bias) : o(o), has_bias(has_bias) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const override;
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+  uint64_t saves_inputs() const override { return 0b011; }  // x, w; never the bias
+  std::string attrs() const override;
+  Conv2dOptions o;
+  bool has_bias;
+};
+
+// Conv2dBackwardInputOp: dx (x_shape) from dy (N, OC, OH, OW) and w.
+struct Conv2dBackwardInputOp final : OpDef {
+  MTC_OP_SCHEMA("conv2d_backward_input")
+  Conv2dBackwardInputOp(Conv2dOptions o, Shape x_shape) : o(o), x_shape(std::move(x_shape)) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const override;
+  bool differentiable() const override { return false; }
+  std::string attrs() const override;
+  Conv2dOptions o;
+  Shape x_shape;
+};
+
+// Conv2dBackwardWeightOp: dw (w_shape) and, with_bias, db (OC) from x and dy.
+struct Conv2dBackwardWeightOp final : OpDef {
+  MTC_OP_SCHEMA("conv2d_backward_weight")
+  Conv2dBackwardWeightOp(Conv2dOptions o, Shape w_shape, bool with_bias)
+      : o(o), w_shape(std::move(w_shape)), with_bias(with_bias) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const override;
+  bool differentiable() const override { return false; }
+  int num_outputs() const override { return with_bias ? 2 : 1; }
+  std::string attrs() const override;
+  Conv2dOptions o;
+  Shape w_shape;
+  bool with_bias;
+};
+
+}  // namespace mtc
