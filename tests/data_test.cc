@@ -1,6 +1,8 @@
 // Tests of src/data: the host Rng's determinism and moments, seeded synthetic batches,
 // and the CIFAR-10 reader on small files the test writes (valid, truncated, mislabelled,
 // empty, a directory of five batches, shuffled epochs).
+#include "mtc/data.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "mtc/data.h"
 #include "op_check.h"
 
 namespace mtc::data {
@@ -96,9 +97,8 @@ TEST(SyntheticData, ToDevicePutsImagesAndLabels) {
 class CifarFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("mtc_data_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("mtc_data_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

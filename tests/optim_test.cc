@@ -1,13 +1,14 @@
 // Tests of src/optim: Sgd and AdamW over several steps against a double-precision
 // reference of torch.optim's formulas (tolerance 1e-6 + 1e-5 * |ref|), parameters
 // without a gradient left alone, zero_grad, argument checks, and a small descent.
+#include "mtc/optim.h"
+
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "mtc/ops.h"
-#include "mtc/optim.h"
 #include "op_check.h"
 
 namespace mtc::optim {
@@ -70,7 +71,8 @@ void expect_near(const Tensor& t, const std::vector<double>& ref, const char* wh
   for (size_t i = 0; i < ref.size(); ++i) {
     const double d = std::abs((*v)[i] - ref[i]);
     max_diff = std::max(max_diff, d);
-    EXPECT_LE(d, kAtol + kRtol * std::abs(ref[i])) << what << " element " << i << ": mtc " << (*v)[i] << " ref " << ref[i];
+    EXPECT_LE(d, kAtol + kRtol * std::abs(ref[i]))
+        << what << " element " << i << ": mtc " << (*v)[i] << " ref " << ref[i];
   }
   std::printf("  %s: max |mtc - ref| = %.3g (tol %.0e + %.0e*|ref|)\n", what, max_diff, kAtol, kRtol);
 }
@@ -90,7 +92,8 @@ void sgd_reference(const SgdOptions& o, const Problem& pb, std::vector<std::vect
         if (buf[i].empty()) {
           buf[i] = d;
         } else {
-          for (size_t j = 0; j < d.size(); ++j) buf[i][j] = o.momentum * buf[i][j] + (1.0 - o.dampening) * d[j];
+          for (size_t j = 0; j < d.size(); ++j)
+            buf[i][j] = o.momentum * buf[i][j] + (1.0 - o.dampening) * d[j];
         }
         for (size_t j = 0; j < d.size(); ++j) d[j] = o.nesterov ? d[j] + o.momentum * buf[i][j] : buf[i][j];
       }
@@ -116,7 +119,8 @@ void check_sgd(const SgdOptions& o, const char* label) {
 
 TEST(Sgd, PlainMatchesReference) { check_sgd({.lr = 0.1f}, "sgd lr 0.1"); }
 TEST(Sgd, MomentumDampeningWeightDecayMatchReference) {
-  check_sgd({.lr = 0.05f, .momentum = 0.9f, .dampening = 0.3f, .weight_decay = 5e-4f}, "sgd momentum dampening wd");
+  check_sgd({.lr = 0.05f, .momentum = 0.9f, .dampening = 0.3f, .weight_decay = 5e-4f},
+            "sgd momentum dampening wd");
 }
 TEST(Sgd, NesterovMatchesReference) {
   check_sgd({.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-2f, .nesterov = true}, "sgd nesterov");

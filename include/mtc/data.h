@@ -120,8 +120,8 @@ class Cifar10 final : public DataSource {
   std::vector<uint8_t> pixels_;  // size() * kCifarImageBytes
   bool shuffle_ = false;
   uint64_t seed_ = 0;
-  std::vector<int64_t> order_;   // this epoch's record order
-  int64_t cursor_ = 0;           // next position in order_
+  std::vector<int64_t> order_;  // this epoch's record order
+  int64_t cursor_ = 0;          // next position in order_
   int64_t epoch_ = 0;
 };
 

@@ -8,7 +8,8 @@
 namespace mtc::data {
 
 Batch to_device(const HostBatch& b) {
-  return Batch{from_vector(b.shape, b.images), from_vector_i32(Shape{static_cast<int64_t>(b.labels.size())}, b.labels)};
+  return Batch{from_vector(b.shape, b.images),
+               from_vector_i32(Shape{static_cast<int64_t>(b.labels.size())}, b.labels)};
 }
 
 absl::StatusOr<std::unique_ptr<DataSource>> open_data(const std::string& spec, const Shape& sample_shape,
@@ -16,7 +17,8 @@ absl::StatusOr<std::unique_ptr<DataSource>> open_data(const std::string& spec, c
   if (spec == "synthetic") return std::make_unique<SyntheticData>(sample_shape, num_classes, seed);
   if (absl::StartsWith(spec, "cifar10:")) {
     const std::string path = spec.substr(8);
-    if (path.empty()) return absl::InvalidArgumentError("data 'cifar10:' names no path: expected cifar10:PATH");
+    if (path.empty())
+      return absl::InvalidArgumentError("data 'cifar10:' names no path: expected cifar10:PATH");
     MTC_ASSIGN_OR_RETURN(std::unique_ptr<Cifar10> c, Cifar10::open(path, shuffle, seed));
     return std::unique_ptr<DataSource>(std::move(c));
   }

@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<Cifar10>> Cifar10::open(const std::string& path, 
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     for (int i = 1; i <= 5; ++i) {
-      MTC_RETURN_IF_ERROR(c->read_file((std::filesystem::path(path) / absl::StrCat("data_batch_", i, ".bin")).string()));
+      MTC_RETURN_IF_ERROR(
+          c->read_file((std::filesystem::path(path) / absl::StrCat("data_batch_", i, ".bin")).string()));
     }
   } else {
     MTC_RETURN_IF_ERROR(c->read_file(path));
@@ -52,16 +53,16 @@ absl::Status Cifar10::read_file(const std::string& file) {
   const size_t records = bytes.size() / kCifarRecordBytes;
   if (const size_t tail = bytes.size() % kCifarRecordBytes; tail != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cifar10: ", file, ": record ", records, " (at byte ", records * kCifarRecordBytes, ") is truncated: ",
-        tail, " bytes where ", kCifarRecordBytes, " were expected (1 label byte + ", kCifarImageBytes,
-        " pixel bytes); the file has ", bytes.size(), " bytes"));
+        "cifar10: ", file, ": record ", records, " (at byte ", records * kCifarRecordBytes,
+        ") is truncated: ", tail, " bytes where ", kCifarRecordBytes, " were expected (1 label byte + ",
+        kCifarImageBytes, " pixel bytes); the file has ", bytes.size(), " bytes"));
   }
   for (size_t r = 0; r < records; ++r) {
     const uint8_t label = bytes[r * kCifarRecordBytes];
     if (label > 9) {
-      return absl::InvalidArgumentError(absl::StrCat("cifar10: ", file, ": record ", r, " (at byte ",
-                                                     r * kCifarRecordBytes, ") has label ", static_cast<int>(label),
-                                                     ", expected 0..9 (is this a CIFAR-10 binary file?)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cifar10: ", file, ": record ", r, " (at byte ", r * kCifarRecordBytes, ") has label ",
+                       static_cast<int>(label), ", expected 0..9 (is this a CIFAR-10 binary file?)"));
     }
     labels_.push_back(label);
     const uint8_t* px = bytes.data() + r * kCifarRecordBytes + 1;
@@ -75,7 +76,8 @@ void Cifar10::start_epoch() {
   std::iota(order_.begin(), order_.end(), int64_t{0});
   if (shuffle_) {  // Fisher-Yates with the epoch's own stream
     Rng rng(seed_, static_cast<uint64_t>(epoch_));
-    for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.below(static_cast<uint32_t>(i))]);
+    for (size_t i = order_.size(); i > 1; --i)
+      std::swap(order_[i - 1], order_[rng.below(static_cast<uint32_t>(i))]);
   }
   cursor_ = 0;
 }
@@ -107,7 +109,8 @@ HostBatch Cifar10::next(int batch_size) {
 }
 
 std::string Cifar10::describe() const {
-  return absl::StrCat("cifar10 ", path_, ": ", size(), " images", shuffle_ ? ", shuffled per epoch" : ", in order");
+  return absl::StrCat("cifar10 ", path_, ": ", size(), " images",
+                      shuffle_ ? ", shuffled per epoch" : ", in order");
 }
 
 }  // namespace mtc::data

@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<AdamW>> AdamW::create(TensorList params, const Ad
   MTC_RETURN_IF_ERROR(check_not_negative("epsilon", o.eps));
   MTC_RETURN_IF_ERROR(check_not_negative("weight_decay", o.weight_decay));
   for (float b : {o.beta1, o.beta2}) {
-    if (!(b >= 0.f && b < 1.f)) return absl::InvalidArgumentError(absl::StrCat("invalid beta ", b, ": expected [0, 1)"));
+    if (!(b >= 0.f && b < 1.f))
+      return absl::InvalidArgumentError(absl::StrCat("invalid beta ", b, ": expected [0, 1)"));
   }
   return std::unique_ptr<AdamW>(new AdamW(std::move(params), o));
 }
@@ -96,7 +97,8 @@ void AdamW::step() {
     op->beta2 = opts_.beta2;
     op->eps = opts_.eps;
     op->step_size = static_cast<float>(lr / (1.0 - std::pow(static_cast<double>(opts_.beta1), t)));
-    op->bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(opts_.beta2), t)));
+    op->bias_correction2_sqrt =
+        static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(opts_.beta2), t)));
     call(std::move(op), {p, g, exp_avg_[i], exp_avg_sq_[i]});
   }
 }

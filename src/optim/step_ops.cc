@@ -8,11 +8,13 @@ namespace mtc::optim {
 namespace {
 // same_f32: n inputs, all f32 of input 0's shape.
 absl::Status same_f32(std::span<const TensorDesc> in, size_t n, const char* names) {
-  if (in.size() != n) return absl::InvalidArgumentError(absl::StrCat("expected ", n, " inputs (", names, "), got ", in.size()));
+  if (in.size() != n)
+    return absl::InvalidArgumentError(absl::StrCat("expected ", n, " inputs (", names, "), got ", in.size()));
   for (size_t i = 0; i < n; ++i) {
     if (in[i].dtype != DType::kF32 || in[i].shape != in[0].shape) {
       return absl::InvalidArgumentError(absl::StrCat("input ", i, " is ", in[i].str(), ", expected ",
-                                                     TensorDesc{in[0].shape, DType::kF32}.str(), " (inputs: ", names, ")"));
+                                                     TensorDesc{in[0].shape, DType::kF32}.str(),
+                                                     " (inputs: ", names, ")"));
     }
   }
   return absl::OkStatus();
@@ -31,8 +33,8 @@ absl::Status AdamWStepOp::infer(std::span<const TensorDesc> in, std::vector<Tens
   return same_f32(in, 4, "param, grad, exp_avg, exp_avg_sq");
 }
 std::string AdamWStepOp::attrs() const {
-  return absl::StrFormat("decay=%g beta1=%g beta2=%g eps=%g step_size=%g bias_correction2_sqrt=%g", decay, beta1,
-                         beta2, eps, step_size, bias_correction2_sqrt);
+  return absl::StrFormat("decay=%g beta1=%g beta2=%g eps=%g step_size=%g bias_correction2_sqrt=%g", decay,
+                         beta1, beta2, eps, step_size, bias_correction2_sqrt);
 }
 
 }  // namespace mtc::optim
