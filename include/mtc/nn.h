@@ -1,0 +1,196 @@
+// Neural-network modules on mtc's ops, after torch.nn: a Module owns named parameters
+// (persistent leaf tensors that require grad), buffers (persistent tensors without grad,
+// such as batch norm's running statistics, which the batch_norm op updates in place) and
+// child modules. Initialisation follows PyTorch's defaults, drawn from host generators
+// seeded by the current runtime's seed stream, so a run is reproducible from its seed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mtc/data.h"
+#include "mtc/ops.h"
+#include "mtc/tensor.h"
+
+namespace mtc::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Module: the base of every layer and model. Not copyable; held by shared_ptr.
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // forward: the module applied to x. operator() is the same.
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  // type_name: "Conv2d", "BasicBlock", ... for messages.
+  virtual std::string type_name() const = 0;
+
+  // parameters: this module's and its children's, depth first in registration order.
+  TensorList parameters() const;
+  // named_parameters: the same with dotted paths, e.g. "layer1.0.conv1.weight".
+  NamedTensors named_parameters() const;
+  TensorList buffers() const;
+  NamedTensors named_buffers() const;
+  // num_parameters: elements in all parameters (not buffers).
+  int64_t num_parameters() const;
+  // children: the direct sub-modules, named.
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+
+  // train / eval: sets the mode of this module and every descendant (batch norm uses the
+  // batch statistics in training, the running ones in eval).
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // zero_grad: clears the gradient of every parameter.
+  void zero_grad();
+
+ protected:
+  Module() = default;
+  // register_parameter: t must be a leaf that requires grad; returns t.
+  Tensor register_parameter(const std::string& name, Tensor t);
+  // register_buffer: a persistent tensor without grad; returns t.
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  void collect(const std::string& prefix, bool params, NamedTensors& out) const;
+
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// ---- initialisation (PyTorch's defaults) ----
+// init_rng: a generator for one tensor's initial values, seeded by the next seed of the
+// current runtime's counter-based stream (RuntimeOptions::seed).
+data::Rng init_rng();
+// uniform_values: n values drawn from U(-bound, bound).
+std::vector<float> uniform_values(int64_t n, float bound);
+// parameter: a persistent leaf tensor holding `values` that requires grad.
+Tensor parameter(const Shape& shape, std::span<const float> values);
+// constant_parameter / constant_buffer: filled with `value` (persistent).
+Tensor constant_parameter(const Shape& shape, float value);
+Tensor constant_buffer(const Shape& shape, float value);
+// kaiming_uniform_bound: the bound of kaiming_uniform_(a=sqrt(5)), PyTorch's default for
+// Linear and Conv2d weights, and of their biases: 1/sqrt(fan_in).
+float kaiming_uniform_bound(int64_t fan_in);
+
+// ---- layers ----
+
+// Linear: y = x W^T + b; weight (out, in), bias (out). W and b ~ U(-1/sqrt(in), 1/sqrt(in)).
+class Linear final : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;  // x (..., in) -> (..., out)
+  std::string type_name() const override { return "Linear"; }
+  Tensor weight, bias;  // bias undefined without bias
+};
+
+// Conv2dConfig: designated-initialiser friendly, e.g.
+//   Conv2d({.in_channels = 3, .out_channels = 16, .kernel = 3, .padding = 1, .bias = false})
+struct Conv2dConfig {
+  int64_t in_channels = 0, out_channels = 0;
+  int kernel = 3;
+  int stride = 1;
+  int padding = 0;
+  int dilation = 1;
+  int groups = 1;
+  bool bias = true;
+};
+
+// Conv2d: weight (OC, IC/groups, K, K), bias (OC); both ~ U(-1/sqrt(fan_in), ..) with
+// fan_in = IC/groups * K * K.
+class Conv2d final : public Module {
+ public:
+  explicit Conv2d(const Conv2dConfig& c);
+  Tensor forward(const Tensor& x) override;  // x (N, IC, H, W) -> (N, OC, H', W')
+  std::string type_name() const override { return "Conv2d"; }
+  Conv2dConfig config;
+  Tensor weight, bias;
+};
+
+// BatchNorm2d: gamma 1, beta 0 (parameters); running_mean 0, running_var 1 (buffers,
+// updated in place by the batch_norm op in training).
+class BatchNorm2d final : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
+  Tensor forward(const Tensor& x) override;  // x (N, C, H, W)
+  std::string type_name() const override { return "BatchNorm2d"; }
+  float eps, momentum;
+  Tensor weight, bias, running_mean, running_var;
+};
+
+// LayerNorm: over the last dimension; gamma 1, beta 0.
+class LayerNorm final : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LayerNorm"; }
+  float eps;
+  Tensor weight, bias;
+};
+
+class ReLU final : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+  std::string type_name() const override { return "ReLU"; }
+};
+
+// Flatten: dims start_dim.. into one (start_dim 1 keeps the batch).
+class Flatten final : public Module {
+ public:
+  explicit Flatten(int start_dim = 1) : start_dim_(start_dim) {}
+  Tensor forward(const Tensor& x) override { return flatten(x, start_dim_); }
+  std::string type_name() const override { return "Flatten"; }
+
+ private:
+  int start_dim_;
+};
+
+class MaxPool2d final : public Module {
+ public:
+  MaxPool2d(int kernel, int stride, int padding = 0) : opts_(Pool2dOptions::make(kernel, stride, padding)) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, opts_); }
+  std::string type_name() const override { return "MaxPool2d"; }
+
+ private:
+  Pool2dOptions opts_;
+};
+
+// GlobalAvgPool: (N, C, H, W) -> (N, C), i.e. AdaptiveAvgPool2d(1) then flatten.
+class GlobalAvgPool final : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return global_avg_pool(x); }
+  std::string type_name() const override { return "GlobalAvgPool"; }
+};
+
+// Sequential: children named "0", "1", ... applied in order.
+class Sequential final : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<Module>> layers);
+  Sequential& push_back(std::shared_ptr<Module> m);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Sequential"; }
+  size_t size() const { return layers_.size(); }
+  Module& operator[](size_t i) const { return *layers_[i]; }
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+}  // namespace mtc::nn
