@@ -1,0 +1,117 @@
+// Models for training and benchmarks: the CIFAR ResNets of He et al. (6n+2 layers, with
+// projection shortcuts, "option B"), torchvision's ImageNet ResNet-50, and an MLP.
+// make_model builds one by name on the current runtime; train_step runs one iteration. Parameter names follow
+// torchvision ("conv1.weight", "layer1.0.bn2.running_var", "layer2.0.downsample.0.weight", "fc.bias").
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mtc/data.h"
+#include "mtc/nn.h"
+#include "mtc/optim.h"
+
+namespace mtc::models {
+
+// BasicBlock: conv3x3(stride)-BN-ReLU-conv3x3-BN, plus the shortcut (1x1 conv with the
+// stride + BN when the shape changes, else identity), then ReLU. Expansion 1.
+class BasicBlock final : public nn::Module {
+ public:
+  BasicBlock(int64_t in_channels, int64_t channels, int stride);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BasicBlock"; }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv1_, conv2_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_;
+  std::shared_ptr<nn::Sequential> downsample_;  // null: identity
+};
+
+// Bottleneck: conv1x1-BN-ReLU, conv3x3(stride)-BN-ReLU, conv1x1 (x4 channels)-BN, plus
+// the shortcut, then ReLU (torchvision's ResNet v1.5: the stride is on the 3x3).
+class Bottleneck final : public nn::Module {
+ public:
+  static constexpr int kExpansion = 4;
+  Bottleneck(int64_t in_channels, int64_t width, int stride);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Bottleneck"; }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv1_, conv2_, conv3_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_, bn3_;
+  std::shared_ptr<nn::Sequential> downsample_;
+};
+
+// CifarResNet: ResNet-(6n+2). conv3x3(3->16)-BN-ReLU; stages of n BasicBlocks with 16,
+// 32, 64 channels (stride 2 at the first block of stages 2 and 3); global average pool;
+// Linear(64, num_classes). Input (N, 3, H, W); 32x32 for CIFAR.
+class CifarResNet final : public nn::Module {
+ public:
+  CifarResNet(int n, int num_classes);
+  Tensor forward(const Tensor& x) override;  // -> (N, num_classes)
+  std::string type_name() const override { return "CifarResNet"; }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv1_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_;
+  std::vector<std::shared_ptr<nn::Sequential>> stages_;  // "layer1" .. "layer3"
+  std::shared_ptr<nn::Linear> fc_;
+};
+
+// ImageNetResNet: torchvision's layout with Bottleneck blocks: conv7x7/2(3->64)-BN-ReLU,
+// maxpool 3x3/2 pad 1, four stages of `layers[i]` blocks (widths 64, 128, 256, 512,
+// stride 2 from stage 2 on), global average pool, Linear(2048, num_classes). Any input
+// size from 32x32 up (the pool is global). ResNet-50 is layers {3, 4, 6, 3}.
+class ImageNetResNet final : public nn::Module {
+ public:
+  ImageNetResNet(std::vector<int> layers, int num_classes);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ImageNetResNet"; }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv1_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_;
+  std::vector<std::shared_ptr<nn::Sequential>> stages_;  // "layer1" .. "layer4"
+  std::shared_ptr<nn::Linear> fc_;
+};
+
+// Mlp: flatten, then Linear-ReLU for each hidden width, then Linear to num_classes.
+class Mlp final : public nn::Module {
+ public:
+  Mlp(int64_t in_features, const std::vector<int64_t>& hidden, int num_classes);
+  Tensor forward(const Tensor& x) override;  // x (N, ...) -> (N, num_classes)
+  std::string type_name() const override { return "Mlp"; }
+
+ private:
+  std::shared_ptr<nn::Sequential> layers_;
+};
+
+struct ModelOptions {
+  int num_classes = 10;
+  // image_size: the input's height and width; 0 picks the model's own (32 for the CIFAR
+  // ResNets and the MLP, 224 for resnet50).
+  int image_size = 0;
+  std::vector<int64_t> mlp_hidden = {512, 512};
+};
+
+// Model: a network and the shape of one input sample, e.g. [3, 32, 32].
+struct Model {
+  std::string name;
+  std::shared_ptr<nn::Module> net;
+  Shape sample_shape;
+};
+
+// model_names: what make_model knows, e.g. "resnet20".
+std::vector<std::string> model_names();
+// make_model: builds a model on the current runtime. An unknown name, or a non-positive
+// number of classes or image size, is InvalidArgument listing what is accepted.
+absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o = {});
+
+// train_step: one training iteration on a classification batch: zero_grad, forward,
+// cross_entropy, backward, optimizer step. Returns the loss without waiting for it:
+// loss.item() synchronises and reports any failure inside the iteration.
+absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch);
+
+}  // namespace mtc::models

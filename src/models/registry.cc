@@ -1,0 +1,66 @@
+// make_model: the table of model names and what each builds.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mtc/models.h"
+
+namespace mtc::models {
+namespace {
+
+struct Entry {
+  const char* name;
+  int cifar_n;  // > 0: CifarResNet with this n; 0: ResNet-50; -1: MLP
+};
+constexpr Entry kModels[] = {
+    {"resnet20", 3},   {"resnet32", 5},     {"resnet44", 7}, {"resnet56", 9},
+    {"resnet110", 18}, {"resnet1202", 200}, {"resnet50", 0}, {"mlp", -1},
+};
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> out;
+  for (const Entry& e : kModels) out.emplace_back(e.name);
+  return out;
+}
+
+absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o) {
+  const Entry* entry = nullptr;
+  for (const Entry& e : kModels) {
+    if (name == e.name) entry = &e;
+  }
+  if (entry == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown model '", name, "': expected one of ", absl::StrJoin(model_names(), ", ")));
+  }
+  if (o.num_classes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("number of classes ", o.num_classes, ": expected >= 1"));
+  }
+  if (o.image_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("image size ", o.image_size, ": expected >= 1"));
+  }
+  Model m;
+  m.name = name;
+  if (entry->cifar_n > 0) {
+    const int size = o.image_size > 0 ? o.image_size : 32;
+    m.net = std::make_shared<CifarResNet>(entry->cifar_n, o.num_classes);
+    m.sample_shape = Shape{3, size, size};
+  } else if (entry->cifar_n == 0) {
+    const int size = o.image_size > 0 ? o.image_size : 224;
+    if (size < 32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resnet50 image size ", size, ": expected >= 32 (it downsamples by 32)"));
+    }
+    m.net = std::make_shared<ImageNetResNet>(std::vector<int>{3, 4, 6, 3}, o.num_classes);
+    m.sample_shape = Shape{3, size, size};
+  } else {
+    const int size = o.image_size > 0 ? o.image_size : 32;
+    for (int64_t h : o.mlp_hidden) {
+      if (h < 1) return absl::InvalidArgumentError(absl::StrCat("mlp hidden width ", h, ": expected >= 1"));
+    }
+    m.sample_shape = Shape{3, size, size};
+    m.net = std::make_shared<Mlp>(numel(m.sample_shape), o.mlp_hidden, o.num_classes);
+  }
+  return m;
+}
+
+}  // namespace mtc::models
