@@ -1,0 +1,289 @@
+// mtc-train: trains one model for a fixed number of iterations (zero_grad, forward,
+// cross_entropy, backward, optimizer step) and reports loss, throughput and peak memory.
+// The last line, "summary model=... peak_compute_bytes=...", is parsed by other tools.
+// Every bad flag value prints one line "mtc-train: error: ..." and exits with status 2.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "device.h"
+#include "mtc/data.h"
+#include "mtc/models.h"
+#include "mtc/optim.h"
+#include "mtc/runtime.h"
+
+// FlagText: a flag's value exactly as typed; main parses and checks it, so that a value
+// that is not even a number gets the same one-line error and exit status 2 as one that
+// is out of range (absl's own parser would print its message and exit with 1).
+struct FlagText {
+  std::string text;
+};
+bool AbslParseFlag(absl::string_view text, FlagText* f, std::string*) {
+  f->text = std::string(text);
+  return true;
+}
+std::string AbslUnparseFlag(const FlagText& f) { return f.text; }
+
+ABSL_FLAG(std::string, model, "resnet20",
+          "model: resnet20|resnet32|resnet44|resnet56|resnet110|resnet1202|resnet50|mlp");
+ABSL_FLAG(FlagText, batch, {"64"}, "samples per iteration (>= 1)");
+ABSL_FLAG(FlagText, iterations, {"50"}, "training iterations (>= 1)");
+ABSL_FLAG(FlagText, lr, {"0.1"}, "learning rate (>= 0)");
+ABSL_FLAG(FlagText, momentum, {"0.9"}, "SGD momentum (>= 0)");
+ABSL_FLAG(FlagText, weight_decay, {"5e-4"}, "weight decay (>= 0); decoupled for adamw");
+ABSL_FLAG(std::string, optimizer, "sgd", "optimizer: sgd|adamw");
+ABSL_FLAG(FlagText, seed, {"0"}, "seed of parameter initialisation, synthetic data and shuffling");
+ABSL_FLAG(std::string, device, "cpu", "device: cpu|cuda");
+ABSL_FLAG(std::string, data, "synthetic",
+          "data: synthetic | cifar10:PATH (a directory with data_batch_1..5.bin, or one file)");
+ABSL_FLAG(std::string, memory, "auto",
+          "device arena in bytes, e.g. 2GiB; auto: a quarter of RAM (CPU, at most 16 GiB) or 90% of free GPU "
+          "memory");
+ABSL_FLAG(std::string, comm_memory, "auto",
+          "comm/gradient region inside the arena, e.g. 128MiB; auto: 1/16 of the arena");
+ABSL_FLAG(FlagText, threads, {"0"}, "CPU kernel threads; 0: OMP_NUM_THREADS, else all cores");
+ABSL_FLAG(FlagText, image_size, {"224"}, "resnet50 input height and width (>= 32)");
+ABSL_FLAG(FlagText, num_classes, {"10"}, "classes of the model's output and of synthetic labels (>= 1)");
+ABSL_FLAG(FlagText, log_every, {"10"}, "print a progress line every this many iterations (>= 1)");
+ABSL_FLAG(FlagText, warmup, {"2"}, "first iterations left out of the timing summary (>= 0)");
+ABSL_FLAG(bool, sync, false,
+          "run the interpreter synchronously (each op on the calling thread; for debugging)");
+
+namespace mtc {
+namespace {
+
+constexpr int kBadValue = 2;  // exit status for a bad flag value or too little memory
+constexpr int kFailure = 1;   // exit status for any other error at run time
+
+// fail: the one error line, then exit without running destructors (the interpreter's
+// worker may still hold commands; nothing of it needs saving).
+[[noreturn]] void fail(int status, const std::string& what) {
+  std::fprintf(stderr, "mtc-train: error: %s\n", what.c_str());
+  std::fflush(nullptr);
+  std::_Exit(status);
+}
+
+template <typename T>
+T value_or_exit(absl::StatusOr<T> v) {
+  if (!v.ok()) fail(kBadValue, std::string(v.status().message()));
+  return *std::move(v);
+}
+
+// int_flag: the flag as a whole number in [lo, hi].
+absl::StatusOr<int64_t> int_flag(const char* name, const FlagText& f, int64_t lo, int64_t hi = INT32_MAX) {
+  int64_t v;
+  if (!absl::SimpleAtoi(f.text, &v) || v < lo || v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " '", f.text, "': expected a whole number in [", lo, ", ", hi, "]"));
+  }
+  return v;
+}
+
+// real_flag: the flag as a finite number >= 0.
+absl::StatusOr<double> real_flag(const char* name, const FlagText& f) {
+  double v;
+  if (!absl::SimpleAtod(f.text, &v) || !std::isfinite(v) || v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " '", f.text, "': expected a number >= 0"));
+  }
+  return v;
+}
+
+// bytes_flag: "auto" (0) or a byte size such as 2GiB.
+absl::StatusOr<size_t> bytes_flag(const char* name, const std::string& text) {
+  if (text == "auto") return size_t{0};
+  absl::StatusOr<size_t> b = parse_bytes(text);
+  if (!b.ok()) return absl::InvalidArgumentError(absl::StrCat("--", name, " ", b.status().message()));
+  if (*b == 0)
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " '", text, "': expected a size > 0 or auto"));
+  return b;
+}
+
+std::string mib(size_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 1048576.0); }
+
+struct Flags {
+  std::string model, optimizer, data;
+  int batch, iterations, threads, image_size, num_classes, log_every, warmup;
+  double lr, momentum, weight_decay;
+  uint64_t seed;
+  RuntimeOptions runtime;
+};
+
+Flags read_flags() {
+  Flags f;
+  f.model = absl::GetFlag(FLAGS_model);
+  const std::vector<std::string> names = models::model_names();
+  if (std::find(names.begin(), names.end(), f.model) == names.end()) {
+    fail(kBadValue, absl::StrCat("--model '", f.model, "': expected one of ", absl::StrJoin(names, ", ")));
+  }
+  f.batch = value_or_exit(int_flag("batch", absl::GetFlag(FLAGS_batch), 1));
+  f.iterations = value_or_exit(int_flag("iterations", absl::GetFlag(FLAGS_iterations), 1));
+  f.lr = value_or_exit(real_flag("lr", absl::GetFlag(FLAGS_lr)));
+  f.momentum = value_or_exit(real_flag("momentum", absl::GetFlag(FLAGS_momentum)));
+  f.weight_decay = value_or_exit(real_flag("weight_decay", absl::GetFlag(FLAGS_weight_decay)));
+  f.optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (f.optimizer != "sgd" && f.optimizer != "adamw") {
+    fail(kBadValue, absl::StrCat("--optimizer '", f.optimizer, "': expected sgd or adamw"));
+  }
+  const std::string seed = absl::GetFlag(FLAGS_seed).text;
+  if (!absl::SimpleAtoi(seed, &f.seed))
+    fail(kBadValue, absl::StrCat("--seed '", seed, "': expected a whole number >= 0"));
+  f.data = absl::GetFlag(FLAGS_data);
+  f.threads = value_or_exit(int_flag("threads", absl::GetFlag(FLAGS_threads), 0, 4096));
+  f.image_size = value_or_exit(int_flag("image_size", absl::GetFlag(FLAGS_image_size), 32, 4096));
+  f.num_classes = value_or_exit(int_flag("num_classes", absl::GetFlag(FLAGS_num_classes), 1, 1 << 24));
+  f.log_every = value_or_exit(int_flag("log_every", absl::GetFlag(FLAGS_log_every), 1));
+  f.warmup = value_or_exit(int_flag("warmup", absl::GetFlag(FLAGS_warmup), 0));
+
+  RuntimeOptions& r = f.runtime;
+  r.device = absl::GetFlag(FLAGS_device);
+  if (r.device != "cpu" && r.device != "cuda") {
+    fail(kBadValue, absl::StrCat("--device '", r.device, "': expected cpu or cuda"));
+  }
+  r.memory_bytes = value_or_exit(bytes_flag("memory", absl::GetFlag(FLAGS_memory)));
+  r.comm_bytes = value_or_exit(bytes_flag("comm_memory", absl::GetFlag(FLAGS_comm_memory)));
+  if (r.memory_bytes != 0 && r.comm_bytes >= r.memory_bytes) {
+    fail(kBadValue,
+         absl::StrCat("--comm_memory ", absl::GetFlag(FLAGS_comm_memory), " leaves nothing of --memory ",
+                      absl::GetFlag(FLAGS_memory), " for the compute region: expected less than --memory"));
+  }
+  r.num_threads = f.threads;
+  r.synchronous = absl::GetFlag(FLAGS_sync);
+  r.seed = f.seed;
+  return f;
+}
+
+int run(const Flags& f) {
+  auto runtime = Runtime::create(f.runtime);
+  if (!runtime.ok()) fail(kBadValue, std::string(runtime.status().message()));
+  Runtime& rt = **runtime;
+  std::printf("device: %s%s\n", rt.device().describe().c_str(),
+              f.runtime.synchronous ? ", synchronous interpreter" : "");
+
+  // CIFAR-10 images are 32x32 whatever the model; --image_size sizes resnet50's input.
+  const bool cifar = absl::StartsWith(f.data, "cifar10:");
+  models::ModelOptions mo;
+  mo.num_classes = f.num_classes;
+  mo.image_size = cifar ? 32 : f.model == "resnet50" ? f.image_size : 0;
+  models::Model model = value_or_exit(models::make_model(f.model, mo));
+  const int64_t n_params = model.net->num_parameters();
+  if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
+    if (s.code() == absl::StatusCode::kResourceExhausted) {
+      fail(kBadValue, absl::StrCat("--memory ", absl::GetFlag(FLAGS_memory), " is too small for the ",
+                                   n_params, " parameters of ", f.model, " (", mib(n_params * sizeof(float)),
+                                   "): expected a larger arena; ", s.message()));
+    }
+    fail(kFailure, absl::StrCat("creating ", f.model, ": ", s.message()));
+  }
+  std::printf("model: %s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(),
+              static_cast<long long>(n_params), mib(n_params * sizeof(float)).c_str(),
+              shape_str(model.sample_shape).c_str(), f.num_classes);
+
+  std::unique_ptr<data::DataSource> data =
+      value_or_exit(data::open_data(f.data, model.sample_shape, f.num_classes, f.seed, /*shuffle=*/true));
+  if (cifar && f.num_classes != data->num_classes()) {
+    fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
+  }
+  std::printf("data: %s\n", data->describe().c_str());
+
+  std::unique_ptr<optim::Optimizer> opt;
+  if (f.optimizer == "sgd") {
+    opt = value_or_exit(
+        optim::Sgd::create(model.net->parameters(), {.lr = static_cast<float>(f.lr),
+                                                     .momentum = static_cast<float>(f.momentum),
+                                                     .weight_decay = static_cast<float>(f.weight_decay)}));
+  } else {
+    opt = value_or_exit(optim::AdamW::create(
+        model.net->parameters(),
+        {.lr = static_cast<float>(f.lr), .weight_decay = static_cast<float>(f.weight_decay)}));
+  }
+  std::printf("optimizer: %s lr %g momentum %g weight_decay %g, batch %d, %d iterations\n",
+              f.optimizer.c_str(), f.lr, f.optimizer == "sgd" ? f.momentum : 0.0, f.weight_decay, f.batch,
+              f.iterations);
+  std::fflush(stdout);
+
+  // A failure inside an iteration surfaces at loss.item() (or backward): too little
+  // memory is the user's to fix (status 2), anything else is a run-time failure.
+  auto iteration_failed = [&](int it, const absl::Status& s) {
+    const bool oom = s.code() == absl::StatusCode::kResourceExhausted;
+    fail(oom ? kBadValue : kFailure,
+         absl::StrCat("iteration ", it, ": ", s.message(), oom ? " (expected a larger --memory)" : ""));
+  };
+
+  model.net->train();
+  std::vector<double> seconds;  // per iteration, wall clock
+  double window = 0;            // seconds since the last progress line
+  int window_iters = 0;
+  float loss_value = 0;
+  size_t peak = 0;
+  data::HostBatch host = data->next(f.batch);
+  for (int it = 1; it <= f.iterations; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, data::to_device(host));
+    if (!loss.ok()) iteration_failed(it, loss.status());
+    absl::StatusOr<float> l = loss->item();  // synchronises: the iteration has run
+    if (!l.ok()) iteration_failed(it, l.status());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    loss_value = *l;
+    seconds.push_back(dt);
+    window += dt;
+    ++window_iters;
+    if (it < f.iterations) host = data->next(f.batch);  // host-side data stays out of the timing
+    if (it % f.log_every == 0 || it == f.iterations) {
+      absl::StatusOr<MemoryStats> m = rt.interpreter().memory_stats();
+      if (!m.ok()) iteration_failed(it, m.status());
+      peak = m->compute.peak_allocated;
+      const double ms = 1e3 * window / window_iters;
+      std::printf("iter %d loss %.6f samples/s %.1f ms %.1f peak_compute %.1f MiB\n", it, loss_value,
+                  f.batch * 1e3 / ms, ms, peak / 1048576.0);
+      std::fflush(stdout);
+      window = 0;
+      window_iters = 0;
+    }
+  }
+
+  // The mean over the iterations after the warm-up ones (over all when none are left).
+  const size_t skip = static_cast<size_t>(f.warmup) < seconds.size() ? f.warmup : 0;
+  double total = 0;
+  for (size_t i = skip; i < seconds.size(); ++i) total += seconds[i];
+  const double sec_per_iter = total / (seconds.size() - skip);
+  std::printf(
+      "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f "
+      "peak_compute_bytes=%zu\n",
+      f.model.c_str(), f.batch, f.iterations, sec_per_iter, f.batch / sec_per_iter, loss_value, peak);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace mtc
+
+int main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  // --help lists this file's flags (absl matches the program name by default, and
+  // "mtc-train" is not "mtc_train").
+  usage.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "mtc_train"); };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "trains a model on the mtc runtime and reports loss, throughput and peak memory.\n"
+      "  mtc-train --model=resnet56 --batch=64 --iterations=20 [--data=cifar10:PATH] [--memory=2GiB]");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    mtc::fail(mtc::kBadValue,
+              absl::StrCat("unexpected argument '", rest[1], "': expected only --flags (see --help)"));
+  }
+  return mtc::run(mtc::read_flags());
+}
