@@ -1,7 +1,8 @@
 // End-to-end training tests: CIFAR ResNet-20 on synthetic data learns (the loss falls
 // over 50 iterations), runs are bit-reproducible from the seed and identical between the
 // synchronous and asynchronous interpreter; and the built mtc-train binary (found beside
-// this test as ../launch/mtc-train) rejects bad input with one error line and status 2.
+// this test as ../launch/mtc-train) trains on synthetic and CIFAR-10 data and rejects
+// bad input with one error line and status 2.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,6 +185,36 @@ TEST_F(MtcTrain, ShortRunPrintsProgressAndSummary) {
   EXPECT_GT(peak, 7000000u) << "the MLP's 1.84M parameters alone take 7.4 MB";
   EXPECT_EQ(summary.back(), '\n');
   EXPECT_EQ(std::count(summary.begin(), summary.end(), '\n'), 1) << "the summary must be the last line";
+}
+
+// write_cifar: `records` CIFAR-10 records (label i % 10, pixels i + p), then `extra`
+// stray bytes, to a temporary file; returns its path.
+std::string write_cifar(const std::string& name, int records, int extra = 0) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("mtc_train_test_" + std::to_string(::getpid()) + "_" + name))
+          .string();
+  std::string bytes;
+  for (int i = 0; i < records; ++i) {
+    bytes += static_cast<char>(i % 10);
+    for (int p = 0; p < data::kCifarImageBytes; ++p) bytes += static_cast<char>((i + p) % 256);
+  }
+  bytes += std::string(extra, '\0');
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+TEST_F(MtcTrain, TrainsOnACifarFileAndRejectsATruncatedOne) {
+  const std::string good = write_cifar("good.bin", 20);
+  const ToolRun r = run_tool("--model=resnet20 --data=cifar10:" + good +
+                             " --batch=8 --iterations=3 --memory=256MiB --threads=2");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("cifar10 " + good + ": 20 images"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("summary model=resnet20 batch=8 iterations=3 "), std::string::npos) << r.out;
+
+  const std::string bad = write_cifar("truncated.bin", 3, 500);
+  expect_bad("--data=cifar10:" + bad, bad + ": record 3 (at byte 9219) is truncated");
+  std::filesystem::remove(good);
+  std::filesystem::remove(bad);
 }
 
 }  // namespace
