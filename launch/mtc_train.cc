@@ -40,7 +40,7 @@ std::string AbslUnparseFlag(const FlagText& f) { return f.text; }
 ABSL_FLAG(std::string, model, "resnet20",
           "model: resnet20|resnet32|resnet44|resnet56|resnet110|resnet1202|resnet50|mlp");
 ABSL_FLAG(FlagText, batch, {"64"}, "samples per iteration (>= 1)");
-ABSL_FLAG(FlagText, iterations, {"50"}, "training iterations (>= 1)");
+ABSL_FLAG(FlagText, iterations, {"50"}, "timed training iterations, after the --warmup ones (>= 1)");
 ABSL_FLAG(FlagText, lr, {"0.1"}, "learning rate (>= 0)");
 ABSL_FLAG(FlagText, momentum, {"0.9"}, "SGD momentum (>= 0)");
 ABSL_FLAG(FlagText, weight_decay, {"5e-4"}, "weight decay (>= 0); decoupled for adamw");
@@ -58,7 +58,7 @@ ABSL_FLAG(FlagText, threads, {"0"}, "CPU kernel threads; 0: OMP_NUM_THREADS, els
 ABSL_FLAG(FlagText, image_size, {"224"}, "resnet50 input height and width (>= 32)");
 ABSL_FLAG(FlagText, num_classes, {"10"}, "classes of the model's output and of synthetic labels (>= 1)");
 ABSL_FLAG(FlagText, log_every, {"10"}, "print a progress line every this many iterations (>= 1)");
-ABSL_FLAG(FlagText, warmup, {"2"}, "first iterations left out of the timing summary (>= 0)");
+ABSL_FLAG(FlagText, warmup, {"2"}, "untimed training iterations before the timed ones (>= 0)");
 ABSL_FLAG(bool, sync, false,
           "run the interpreter synchronously (each op on the calling thread; for debugging)");
 
@@ -209,9 +209,9 @@ int run(const Flags& f) {
         model.net->parameters(),
         {.lr = static_cast<float>(f.lr), .weight_decay = static_cast<float>(f.weight_decay)}));
   }
-  std::printf("optimizer: %s lr %g momentum %g weight_decay %g, batch %d, %d iterations\n",
+  std::printf("optimizer: %s lr %g momentum %g weight_decay %g, batch %d, %d + %d warm-up iterations\n",
               f.optimizer.c_str(), f.lr, f.optimizer == "sgd" ? f.momentum : 0.0, f.weight_decay, f.batch,
-              f.iterations);
+              f.iterations, f.warmup);
   std::fflush(stdout);
 
   // A failure inside an iteration surfaces at loss.item() (or backward): too little
@@ -229,7 +229,8 @@ int run(const Flags& f) {
   float loss_value = 0;
   size_t peak = 0;
   data::HostBatch host = data->next(f.batch);
-  for (int it = 1; it <= f.iterations; ++it) {
+  const int total = f.warmup + f.iterations;  // iterations 1..warmup are not timed
+  for (int it = 1; it <= total; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, data::to_device(host));
     if (!loss.ok()) iteration_failed(it, loss.status());
@@ -240,8 +241,8 @@ int run(const Flags& f) {
     seconds.push_back(dt);
     window += dt;
     ++window_iters;
-    if (it < f.iterations) host = data->next(f.batch);  // host-side data stays out of the timing
-    if (it % f.log_every == 0 || it == f.iterations) {
+    if (it < total) host = data->next(f.batch);  // host-side data stays out of the timing
+    if (it % f.log_every == 0 || it == total) {
       absl::StatusOr<MemoryStats> m = rt.interpreter().memory_stats();
       if (!m.ok()) iteration_failed(it, m.status());
       peak = m->compute.peak_allocated;
@@ -254,11 +255,10 @@ int run(const Flags& f) {
     }
   }
 
-  // The mean over the iterations after the warm-up ones (over all when none are left).
-  const size_t skip = static_cast<size_t>(f.warmup) < seconds.size() ? f.warmup : 0;
-  double total = 0;
-  for (size_t i = skip; i < seconds.size(); ++i) total += seconds[i];
-  const double sec_per_iter = total / (seconds.size() - skip);
+  // The mean over the timed iterations, those after the warm-up ones.
+  double timed = 0;
+  for (size_t i = f.warmup; i < seconds.size(); ++i) timed += seconds[i];
+  const double sec_per_iter = timed / f.iterations;
   std::printf(
       "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f "
       "peak_compute_bytes=%zu\n",
