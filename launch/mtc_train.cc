@@ -12,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -267,6 +268,32 @@ int run(const Flags& f) {
   return 0;
 }
 
+// check_flag_names: an unknown --flag is bad input like any other (absl's parser would
+// exit with status 1). Help flags and absl's own flags pass through to absl.
+void check_flag_names(int argc, char** argv) {
+  static const char* kAbslFlags[] = {"help", "helpfull", "helpshort", "helppackage", "helpon",
+                                     "helpmatch", "version", "only_check_args", "flagfile",
+                                     "fromenv", "tryfromenv", "undefok"};
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+    const bool has_value = arg.find('=') != absl::string_view::npos;
+    absl::string_view name = arg.substr(0, arg.find('='));
+    if (std::find(std::begin(kAbslFlags), std::end(kAbslFlags), name) != std::end(kAbslFlags)) continue;
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      const absl::CommandLineFlag* positive = absl::FindCommandLineFlag(name.substr(2));
+      if (positive != nullptr && positive->IsOfType<bool>()) continue;
+    }
+    if (flag == nullptr) {
+      fail(kBadValue, absl::StrCat("unknown flag --", std::string(name), ": see --help for the flags mtc-train takes"));
+    }
+    if (!has_value && !flag->IsOfType<bool>()) ++i;  // "--batch 64": skip the value
+  }
+}
+
 }  // namespace
 }  // namespace mtc
 
@@ -280,6 +307,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trains a model on the mtc runtime and reports loss, throughput and peak memory.\n"
       "  mtc-train --model=resnet56 --batch=64 --iterations=20 [--data=cifar10:PATH] [--memory=2GiB]");
+  mtc::check_flag_names(argc, argv);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     mtc::fail(mtc::kBadValue,

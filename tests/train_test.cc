@@ -136,6 +136,10 @@ class MtcTrain : public ::testing::Test {
 };
 
 TEST_F(MtcTrain, UnknownModel) { expect_bad("--model=resnet19", "expected one of resnet20"); }
+TEST_F(MtcTrain, UnknownFlag) {
+  expect_bad("--bogus=1", "unknown flag --bogus");
+  expect_bad("--batch 8 --bogus", "unknown flag --bogus");  // "--flag value" form is skipped over
+}
 TEST_F(MtcTrain, BatchZeroAndNotANumber) {
   expect_bad("--batch=0", "--batch '0'");
   expect_bad("--batch=-3", "--batch '-3'");
