@@ -1,6 +1,7 @@
 // The op-schema list and OpDef's defaults.
 #include "op_def.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -32,11 +33,16 @@ std::vector<const OpSchema*> all_op_schemas() {
 
 OpCost OpDef::cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const {
   OpCost c;
-  for (const TensorDesc& d : in) c.bytes_read += static_cast<double>(d.bytes());
+  double largest = 0;  // elements
+  for (const TensorDesc& d : in) {
+    c.bytes_read += static_cast<double>(d.bytes());
+    largest = std::max(largest, static_cast<double>(d.numel()));
+  }
   for (const TensorDesc& d : out) {
     c.bytes_written += static_cast<double>(d.bytes());
-    c.flops += static_cast<double>(d.numel());
+    largest = std::max(largest, static_cast<double>(d.numel()));
   }
+  c.flops = flops_per_element() * largest;
   return c;
 }
 

@@ -94,8 +94,13 @@ class OpDef {
   // infer: output descriptions from input descriptions, or InvalidArgument naming what
   // was wrong and what was expected (the interpreter prefixes the op and input shapes).
   virtual absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const = 0;
-  // cost: default counts one flop per output element and every byte in and out.
+  // cost: the default counts every byte in and out, and flops_per_element() flops for
+  // each element of the largest tensor among inputs and outputs (so a reduction counts
+  // its input, a broadcast its output). Ops with real arithmetic structure (conv,
+  // matmul, norms) override it.
   virtual OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const;
+  // flops_per_element: for the default cost; 0 for pure data movement.
+  virtual double flops_per_element() const { return 1; }
   // backward: input gradients (undefined where none), built from ops. The default says
   // the op is not differentiable.
   virtual absl::StatusOr<TensorList> backward(const BackwardArgs& args) const;

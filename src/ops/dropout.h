@@ -26,6 +26,7 @@ inline uint64_t dropout_threshold(float p) { return static_cast<uint64_t>(static
 // DropoutOp: x f32 -> x * mask / (1 - p). Its backward is the same op (same p, same
 // seed) applied to dy. p must lie in [0, 1).
 struct DropoutOp final : OpDef {
+  double flops_per_element() const override { return 3; }  // hash, compare, scale
   MTC_OP_SCHEMA("dropout")
   DropoutOp(float p, uint64_t seed) : p(p), seed(seed) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;

@@ -12,6 +12,7 @@ absl::StatusOr<Shape> broadcast_shape(const Shape& a, const Shape& b);
 
 // FillOp: no inputs; a tensor of `shape` filled with `value`.
 struct FillOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("fill")
   FillOp(Shape s, float v, DType t = DType::kF32) : shape(std::move(s)), value(v), dtype(t) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -61,6 +62,7 @@ struct ActOp final : OpDef {
   static OpSchema& relu_schema();
   static OpSchema& swish_schema();
   static OpSchema& gelu_schema();
+  double flops_per_element() const override { return kind == ActKind::kRelu ? 1 : kind == ActKind::kSwish ? 4 : 8; }
   ActKind kind;
 };
 
@@ -73,11 +75,13 @@ struct ActGradOp final : OpDef {
   static OpSchema& relu_grad_schema();
   static OpSchema& swish_grad_schema();
   static OpSchema& gelu_grad_schema();
+  double flops_per_element() const override { return kind == ActKind::kRelu ? 1 : kind == ActKind::kSwish ? 7 : 12; }
   ActKind kind;
 };
 
 // ExpandOp: broadcasts x to `shape` (a copy).
 struct ExpandOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("expand")
   explicit ExpandOp(Shape s) : shape(std::move(s)) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;

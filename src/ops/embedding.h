@@ -9,6 +9,7 @@ namespace mtc {
 
 // EmbeddingOp: weight f32 (V, D), indices i32 (...) -> (..., D).
 struct EmbeddingOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("embedding")
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;

@@ -9,6 +9,7 @@ namespace mtc {
 
 // LayerNormOp: inputs x (..., D), then gamma (D) if has_gamma, then beta (D) if has_beta.
 struct LayerNormOp final : OpDef {
+  double flops_per_element() const override { return 8; }  // mean, variance, normalise, affine
   MTC_OP_SCHEMA("layer_norm")
   LayerNormOp(float eps, bool has_gamma, bool has_beta) : eps(eps), has_gamma(has_gamma), has_beta(has_beta) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -22,6 +23,7 @@ struct LayerNormOp final : OpDef {
 // LayerNormGradOp: inputs x, gamma (if has_gamma), dy; outputs dx, then dgamma (D) if
 // has_gamma, then dbeta (D) if has_beta.
 struct LayerNormGradOp final : OpDef {
+  double flops_per_element() const override { return 12; }
   MTC_OP_SCHEMA("layer_norm_grad")
   LayerNormGradOp(float eps, bool has_gamma, bool has_beta) : eps(eps), has_gamma(has_gamma), has_beta(has_beta) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;

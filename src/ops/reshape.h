@@ -6,6 +6,7 @@
 namespace mtc {
 
 struct ReshapeOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("reshape")
   explicit ReshapeOp(Shape s) : shape(std::move(s)) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;

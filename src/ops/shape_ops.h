@@ -33,6 +33,7 @@ std::pair<int64_t, int64_t> resolve_slice(int64_t size, int64_t start, int64_t e
 // PermuteOp: out dim i is input dim perm[i]. As "permute" it holds the full permutation;
 // as "transpose" it holds the two dims to swap and works for any rank.
 struct PermuteOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   PermuteOp(bool is_transpose, std::vector<int> dims) : is_transpose(is_transpose), dims(std::move(dims)) {}
   const OpSchema& schema() const override;
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -49,6 +50,7 @@ struct PermuteOp final : OpDef {
 
 // ConcatOp: inputs joined along `dim`; all other dims and the dtype must agree.
 struct ConcatOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("concat")
   explicit ConcatOp(int dim) : dim(dim) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -61,6 +63,7 @@ struct ConcatOp final : OpDef {
 // SplitOp: one input cut along `dim` into sizes.size() outputs; the sizes must add up to
 // the dim's extent.
 struct SplitOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("split")
   SplitOp(std::vector<int64_t> sizes, int dim) : sizes(std::move(sizes)), dim(dim) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -74,6 +77,7 @@ struct SplitOp final : OpDef {
 
 // SliceOp: [start, end) along `dim` (bounds resolved by resolve_slice).
 struct SliceOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("slice")
   SliceOp(int dim, int64_t start, int64_t end) : dim(dim), start(start), end(end) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -87,6 +91,7 @@ struct SliceOp final : OpDef {
 // SliceBackwardOp: dy of a slice placed at [start, start + len) of a zero tensor whose
 // `dim` has `size` elements: the slice's gradient.
 struct SliceBackwardOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("slice_backward")
   SliceBackwardOp(int dim, int64_t start, int64_t size) : dim(dim), start(start), size(size) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -100,6 +105,7 @@ struct SliceBackwardOp final : OpDef {
 // ChannelShuffleOp: x (N, C, *) with C = groups * k; channel i * k + j moves to j * groups + i.
 // Its inverse is the shuffle with k groups.
 struct ChannelShuffleOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("channel_shuffle")
   explicit ChannelShuffleOp(int groups) : groups(groups) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;

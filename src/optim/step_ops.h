@@ -10,6 +10,7 @@ namespace mtc::optim {
 // SgdStepOp: inputs param, grad[, momentum_buf when momentum != 0]; param and the buffer
 // are written. `first`: the buffer is set to d instead of blended (PyTorch's first step).
 struct SgdStepOp final : OpDef {
+  double flops_per_element() const override { return 5; }  // decay, momentum, update
   MTC_OP_SCHEMA("sgd_step")
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   bool differentiable() const override { return false; }
@@ -24,6 +25,7 @@ struct SgdStepOp final : OpDef {
 // step_size = lr / (1 - beta1^t) and bias_correction2_sqrt = sqrt(1 - beta2^t) are
 // computed on the host in double, as PyTorch does with Python floats.
 struct AdamWStepOp final : OpDef {
+  double flops_per_element() const override { return 14; }  // two moments, sqrt, divide
   MTC_OP_SCHEMA("adamw_step")
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   bool differentiable() const override { return false; }
