@@ -38,6 +38,11 @@ struct TensorRecord {
   // DTE statistics.
   uint64_t last_access = 0;  // the worker's op counter at its last use
   uint32_t recompute_count = 0;
+
+  // ref_count: what still needs this tensor: the user's handle (all copies of a Tensor
+  // share one TensorRef, so the worker sees at most one) and every live tensor computed
+  // from it, which may need it again as a recompute source. Derived, never stored.
+  size_t ref_count() const { return (handle_alive ? 1 : 0) + users.size(); }
 };
 
 }  // namespace mtc

@@ -1,0 +1,102 @@
+// Tests of the interpreter's worker side (src/executor.cc) driven command by command:
+// the tensor records it keeps (storage, compute path, users, reference counts) and what
+// Del and failures do to them.
+#include <memory>
+
+#include "executor.h"
+#include "gtest/gtest.h"
+#include "ops/elementwise.h"
+
+namespace mtc {
+namespace {
+
+class ExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DeviceOptions o;
+    o.memory_bytes = size_t{16} << 20;
+    o.comm_bytes = size_t{1} << 20;
+    o.num_threads = 1;
+    auto d = make_device(o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    device_ = *d;
+    ex_ = std::make_unique<Executor>(*device_);
+  }
+  void put(uint64_t id, Shape s, float v) {
+    TensorDesc d{s, DType::kF32};
+    std::vector<float> vals(d.numel(), v);
+    Put p{id, d, std::vector<std::byte>(d.bytes()), false};
+    std::memcpy(p.data.data(), vals.data(), d.bytes());
+    ASSERT_TRUE(ex_->execute(p).ok());
+  }
+  absl::Status apply(std::shared_ptr<const OpDef> op, IdList in, IdList out, std::vector<TensorDesc> descs) {
+    ApplyOp c{std::move(op), std::move(in), std::move(out), {}};
+    for (auto& d : descs) c.output_descs.push_back(d);
+    return ex_->execute(c);
+  }
+  const TensorRecord& rec(uint64_t id) { return ex_->records().at(id); }
+  size_t allocated() { return device_->compute_region().stats().allocated; }
+
+  std::shared_ptr<Device> device_;
+  std::unique_ptr<Executor> ex_;
+};
+
+TEST_F(ExecutorTest, RecordsComputePathUsersAndRefCounts) {
+  const TensorDesc d{{256}, DType::kF32};
+  put(1, {256}, 1.f);
+  put(2, {256}, 2.f);
+  auto add = std::make_shared<BinaryOp>(BinaryKind::kAdd);
+  ASSERT_TRUE(apply(add, {1, 2}, {3}, {d}).ok());
+  ASSERT_TRUE(apply(std::make_shared<ActOp>(ActKind::kRelu), {3}, {4}, {d}).ok());
+
+  const TensorRecord& r3 = rec(3);
+  ASSERT_NE(r3.producer, nullptr);
+  EXPECT_STREQ(r3.producer->op->name(), "add");
+  EXPECT_EQ(r3.producer->inputs, (IdList{1, 2}));
+  EXPECT_EQ(r3.producer->outputs, (IdList{3}));
+  EXPECT_GE(r3.producer->compute_us, 0.0);
+  EXPECT_EQ(r3.state, StorageState::kResident);
+  EXPECT_EQ(rec(1).producer, nullptr);  // a Put has no compute path
+  EXPECT_EQ(rec(1).users, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(rec(3).users, (std::vector<uint64_t>{4}));
+  EXPECT_EQ(rec(1).ref_count(), 2u);  // its handle and tensor 3
+  EXPECT_EQ(rec(4).ref_count(), 1u);  // only its handle
+  EXPECT_GT(rec(4).last_access, rec(1).last_access);
+
+  // Dropping tensor 3 frees its storage and removes it from its inputs' users.
+  const size_t before = allocated();
+  Del del{3};
+  ASSERT_TRUE(ex_->execute(del).ok());
+  EXPECT_EQ(ex_->records().count(3), 0u);
+  EXPECT_EQ(allocated(), before - alloc::round_up(d.bytes()));
+  EXPECT_TRUE(rec(1).users.empty());
+  EXPECT_TRUE(rec(2).users.empty());
+  EXPECT_EQ(rec(1).ref_count(), 1u);
+  for (uint64_t id : {1, 2, 4}) {
+    Del x{id};
+    ASSERT_TRUE(ex_->execute(x).ok());
+  }
+  EXPECT_EQ(allocated(), 0u);
+  device_->compute_region().check_invariants();
+}
+
+TEST_F(ExecutorTest, FailedOpLeavesNoRecordAndNoStorage) {
+  put(1, {8}, 1.f);
+  const size_t before = allocated();
+  // An output larger than the region: the op fails, naming itself and the output.
+  const TensorDesc huge{{int64_t{1} << 30}, DType::kF32};
+  absl::Status s = apply(std::make_shared<ActOp>(ActKind::kRelu), {1}, {2}, {huge});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("relu on f32[8]: output 0 f32[1073741824]"), std::string::npos) << s;
+  EXPECT_EQ(ex_->records().count(2), 0u);
+  EXPECT_EQ(allocated(), before);
+  // A later op on the missing tensor fails cleanly too.
+  s = apply(std::make_shared<ScaleOp>(2.f), {2}, {3}, {TensorDesc{{8}, DType::kF32}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  Del del{2};  // the user's handle to the failed output goes away: nothing to free
+  EXPECT_TRUE(ex_->execute(del).ok());
+}
+
+}  // namespace
+}  // namespace mtc
