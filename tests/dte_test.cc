@@ -199,6 +199,7 @@ void check_budgeted_runs(const std::string& model, int iterations, int batch) {
   for (EvictMode mode : {EvictMode::kDrop, EvictMode::kSwap, EvictMode::kBoth}) {
     EvictOptions ev;
     ev.mode = mode;
+    ev.reproducible = true;  // the same evictions on every run and machine
     ev.budget_bytes = ref.peak * (mode == EvictMode::kDrop ? 6 : 3) / 10;
     const Run got = train(model, iterations, batch, ev);
     std::printf("  budget %d%% (%.1f MiB), mode %s: peak %.1f MiB, %llu drops, %llu swaps, %llu recomputes\n",

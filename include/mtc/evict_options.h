@@ -24,6 +24,10 @@ struct EvictOptions {
   double beta = 2.0;                 // MegTaiChi's beta: penalises tensors recomputed often
   size_t min_candidate_bytes = 16384;  // smaller tensors are never evicted
   size_t sample_above = 400;         // above this many candidates, search a sqrt(n) sample
+  // reproducible: score with each op's FLOPs estimate (at 1 GFLOP/s) and a fixed 10 GB/s
+  // swap bandwidth instead of measured times, so the same program makes the same evictions
+  // on every run and machine (tests; comparing policies).
+  bool reproducible = false;
 };
 
 absl::StatusOr<EvictPolicy> parse_evict_policy(const std::string& name);  // "mtc", "dtr", ...
