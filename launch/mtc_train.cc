@@ -60,6 +60,11 @@ ABSL_FLAG(FlagText, image_size, {"224"}, "resnet50 input height and width (>= 32
 ABSL_FLAG(FlagText, num_classes, {"10"}, "classes of the model's output and of synthetic labels (>= 1)");
 ABSL_FLAG(FlagText, log_every, {"10"}, "print a progress line every this many iterations (>= 1)");
 ABSL_FLAG(FlagText, warmup, {"2"}, "untimed training iterations before the timed ones (>= 0)");
+ABSL_FLAG(std::string, budget, "none",
+          "DTE: compute-region budget m*, bytes (e.g. 300MiB) or a fraction of the compute region "
+          "(e.g. 0.3); none: evict only when an allocation does not fit the region");
+ABSL_FLAG(std::string, evict_policy, "mtc", "DTE: eviction policy: mtc|dtr|lru|largest|capuchin|none");
+ABSL_FLAG(std::string, evict_mode, "both", "DTE: evictions allowed: both|drop|swap");
 ABSL_FLAG(bool, sync, false,
           "run the interpreter synchronously (each op on the calling thread; for debugging)");
 
@@ -160,6 +165,23 @@ Flags read_flags() {
          absl::StrCat("--comm_memory ", absl::GetFlag(FLAGS_comm_memory), " leaves nothing of --memory ",
                       absl::GetFlag(FLAGS_memory), " for the compute region: expected less than --memory"));
   }
+  r.evict.policy = value_or_exit(parse_evict_policy(absl::GetFlag(FLAGS_evict_policy)));
+  r.evict.mode = value_or_exit(parse_evict_mode(absl::GetFlag(FLAGS_evict_mode)));
+  const std::string budget = absl::GetFlag(FLAGS_budget);
+  auto bad_budget = [&] {
+    fail(kBadValue, absl::StrCat("--budget '", budget,
+                                 "': expected none, a byte size such as 300MiB, or a fraction in (0, 1] such as 0.3"));
+  };
+  if (budget == "none") {
+  } else if (budget.find_first_not_of("0123456789.") == std::string::npos && budget.find('.') != std::string::npos) {
+    double fraction = 0;  // a plain decimal number is a fraction of the compute region
+    if (!absl::SimpleAtod(budget, &fraction) || !(fraction > 0 && fraction <= 1)) bad_budget();
+    r.budget_fraction = fraction;
+  } else {
+    auto b = parse_bytes(budget);
+    if (!b.ok() || *b == 0) bad_budget();
+    r.evict.budget_bytes = *b;
+  }
   r.num_threads = f.threads;
   r.synchronous = absl::GetFlag(FLAGS_sync);
   r.seed = f.seed;
@@ -229,6 +251,13 @@ int run(const Flags& f) {
   int window_iters = 0;
   float loss_value = 0;
   size_t peak = 0;
+  // DTE's totals when the timed iterations begin (after the warm-up ones) and at the end.
+  auto evict_stats = [&](int it) {
+    absl::StatusOr<EvictStats> s = rt.interpreter().evict_stats();
+    if (!s.ok()) iteration_failed(it, s.status());
+    return *s;
+  };
+  EvictStats ev_start = f.warmup == 0 ? evict_stats(0) : EvictStats{};
   data::HostBatch host = data->next(f.batch);
   const int total = f.warmup + f.iterations;  // iterations 1..warmup are not timed
   for (int it = 1; it <= total; ++it) {
@@ -240,6 +269,7 @@ int run(const Flags& f) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss_value = *l;
     seconds.push_back(dt);
+    if (it == f.warmup) ev_start = evict_stats(it);
     window += dt;
     ++window_iters;
     if (it < total) host = data->next(f.batch);  // host-side data stays out of the timing
@@ -259,11 +289,19 @@ int run(const Flags& f) {
   // The mean over the timed iterations, those after the warm-up ones.
   double timed = 0;
   for (size_t i = f.warmup; i < seconds.size(); ++i) timed += seconds[i];
+  const EvictStats ev_end = evict_stats(total);
   const double sec_per_iter = timed / f.iterations;
   std::printf(
       "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f "
-      "peak_compute_bytes=%zu\n",
-      f.model.c_str(), f.batch, f.iterations, sec_per_iter, f.batch / sec_per_iter, loss_value, peak);
+      "peak_compute_bytes=%zu evict_drop=%llu evict_swap=%llu recomputes=%llu recompute_sec=%.4f "
+      "swapped_bytes=%llu search_sec=%.4f\n",
+      f.model.c_str(), f.batch, f.iterations, sec_per_iter, f.batch / sec_per_iter, loss_value, peak,
+      static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
+      static_cast<unsigned long long>(ev_end.evict_swap - ev_start.evict_swap),
+      static_cast<unsigned long long>(ev_end.recomputes - ev_start.recomputes),
+      (ev_end.recompute_us - ev_start.recompute_us) * 1e-6,
+      static_cast<unsigned long long>(ev_end.swapped_out_bytes - ev_start.swapped_out_bytes),
+      (ev_end.search_us - ev_start.search_us) * 1e-6);
   std::fflush(stdout);
   return 0;
 }

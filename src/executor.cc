@@ -1,8 +1,11 @@
-// Executes interpreter commands against a device. See executor.h.
+// Executes interpreter commands against a device, with DTE's evictions and regeneration.
+// See executor.h.
 #include "executor.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "mtc/status.h"
@@ -10,88 +13,409 @@
 namespace mtc {
 namespace {
 
-// ScratchContext: kernel scratch carved from the compute region, freed after the kernel.
+using Clock = std::chrono::steady_clock;
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// ScratchContext: kernel scratch carved from the compute region (evicting if it must),
+// freed after the kernel.
 class ScratchContext final : public KernelContext {
  public:
-  ScratchContext(Device& d, const OpDef& op) : device_(d), op_(op) {}
+  ScratchContext(Executor& ex, const OpDef& op, bool recomputing)
+      : ex_(ex), op_(op), recomputing_(recomputing) {}
   ~ScratchContext() override {
-    for (const alloc::Block& b : blocks_) device_.compute_region().free(b);
+    for (const alloc::Block& b : blocks_) ex_.device().compute_region().free(b);
   }
   absl::StatusOr<void*> scratch(size_t bytes) override {
-    auto b = device_.compute_region().allocate(bytes);
-    if (!b.ok()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("op ", op_.name(), ": scratch space: ", b.status().message()));
-    }
+    auto b = ex_.allocate(bytes, [&] { return absl::StrCat("op ", op_.name(), ": scratch space"); });
+    if (!b.ok()) return b.status();
     blocks_.push_back(*b);
-    return static_cast<void*>(device_.compute_ptr(*b));
+    return static_cast<void*>(ex_.device().compute_ptr(*b));
   }
-  Device& device() override { return device_; }
+  Device& device() override { return ex_.device(); }
+  bool recomputing() const override { return recomputing_; }
 
  private:
-  Device& device_;
+  Executor& ex_;
   const OpDef& op_;
+  bool recomputing_;
   absl::InlinedVector<alloc::Block, 2> blocks_;
 };
 
 }  // namespace
 
-Executor::~Executor() {
-  for (auto& [id, r] : records_) release_storage(r).IgnoreError();
+Executor::Executor(Device& device, const EvictOptions& evict)
+    : device_(device), opts_(evict), cost_(evict) {
+  if (opts_.policy != EvictPolicy::kNone) measure_bandwidth();
 }
 
-absl::Status Executor::release_storage(TensorRecord& r) {
-  if (r.state == StorageState::kResident) {
-    device_.compute_region().free(r.block);
-    r.state = StorageState::kMissing;
+Executor::~Executor() {
+  for (auto& [id, r] : records_) release_storage(r);
+}
+
+size_t Executor::budget() const {
+  const size_t cap = device_.compute_region().capacity();
+  return opts_.budget_bytes == 0 ? cap : std::min(opts_.budget_bytes, cap);
+}
+
+// ---- storage states ----
+
+void Executor::add_candidate(TensorRecord& r) {
+  if (r.persistent || r.candidate_index != SIZE_MAX || r.block.size < opts_.min_candidate_bytes) return;
+  r.candidate_index = candidates_.size();
+  candidates_.push_back(&r);
+}
+
+void Executor::remove_candidate(TensorRecord& r) {
+  if (r.candidate_index == SIZE_MAX) return;
+  TensorRecord* last = candidates_.back();
+  candidates_[r.candidate_index] = last;
+  last->candidate_index = r.candidate_index;
+  candidates_.pop_back();
+  r.candidate_index = SIZE_MAX;
+}
+
+void Executor::set_resident(TensorRecord& r, alloc::Block b) {
+  r.state = StorageState::kResident;
+  r.block = b;
+  add_candidate(r);
+}
+
+void Executor::release_storage(TensorRecord& r) {
+  remove_candidate(r);
+  if (r.state == StorageState::kResident) device_.compute_region().free(r.block);
+  r.host.reset();
+  if (r.state == StorageState::kResident || r.state == StorageState::kSwapped) r.state = StorageState::kDropped;
+}
+
+// droppable: r can be regenerated from its compute path: it has one, and every input of
+// it is still at the version the path read.
+bool Executor::droppable(const TensorRecord& r) const {
+  if (r.persistent || !r.producer) return false;
+  const ComputePath& p = *r.producer;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    auto it = records_.find(p.inputs[i]);
+    if (it == records_.end() || it->second.version != p.input_versions[i] ||
+        it->second.state == StorageState::kMissing) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Executor::drop(TensorRecord& r) {
+  release_storage(r);
+  r.state = StorageState::kDropped;
+  // Join the evicted neighbourhood: dropped inputs and dropped users.
+  classes_.add(r.id, r.producer->compute_us);
+  for (uint64_t n : r.producer->inputs) {
+    if (classes_.contains(n)) classes_.unite(r.id, n);
+  }
+  for (uint64_t n : r.users) {
+    if (classes_.contains(n)) classes_.unite(r.id, n);
+  }
+}
+
+absl::Status Executor::swap_out(TensorRecord& r) {
+  const auto t0 = Clock::now();
+  const size_t bytes = r.desc.bytes();
+  auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  MTC_RETURN_IF_ERROR(device_.copy_to_host(host.get(), device_.compute_ptr(r.block), bytes));
+  remove_candidate(r);
+  device_.compute_region().free(r.block);
+  r.host = std::move(host);
+  r.state = StorageState::kSwapped;
+  ++stats_.evict_swap;
+  stats_.swapped_out_bytes += bytes;
+  stats_.swap_us += us_since(t0);
+  return absl::OkStatus();
+}
+
+void Executor::measure_bandwidth() {
+  // gamma: time a device-to-host copy of up to 8 MiB of the (still empty) compute region,
+  // best of 3, within an eighth of the budget; the peak statistics forget it.
+  const size_t bytes = std::min<size_t>(size_t{8} << 20, budget() / 8);
+  bytes_per_us_ = 1e4;  // 10 GB/s when nothing can be measured
+  if (bytes < (size_t{64} << 10)) return;
+  auto b = device_.compute_region().allocate(bytes);
+  if (!b.ok()) return;
+  auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  double best = 1e300;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    if (!device_.copy_to_host(host.get(), device_.compute_ptr(*b), bytes).ok()) break;
+    best = std::min(best, us_since(t0));
+  }
+  device_.compute_region().free(*b);
+  device_.compute_region().reset_peak();
+  if (best < 1e300 && best > 0) bytes_per_us_ = static_cast<double>(bytes) / best;
+}
+
+// ---- the eviction search ----
+
+bool Executor::evict_one() {
+  if (opts_.policy == EvictPolicy::kNone || candidates_.empty()) return false;
+  const auto t0 = Clock::now();
+  ++stats_.searches;
+  const size_t n = candidates_.size();
+  // Above sample_above candidates, score a random sqrt(n) sample (at least sample_above/4).
+  size_t tries = n;
+  if (n > opts_.sample_above) tries = std::max<size_t>(opts_.sample_above / 4, static_cast<size_t>(std::sqrt(n)));
+  TensorRecord* best = nullptr;
+  evict::Score best_score;
+  for (size_t k = 0; k < tries; ++k) {
+    TensorRecord* r = tries == n ? candidates_[k] : candidates_[sample_rng_() % n];
+    if (r->pin_count > 0) continue;
+    evict::CandidateStats c;
+    c.bytes = r->block.size;
+    c.compute_us = r->producer ? r->producer->compute_us : 0;
+    c.swap_us = static_cast<double>(r->desc.bytes()) / bytes_per_us_;
+    c.recompute_count = r->recompute_count;
+    c.staleness = static_cast<double>(op_clock_ - r->last_access + 1);
+    const alloc::FreeNeighbors fn = device_.compute_region().free_neighbors(r->block);
+    c.free_left = fn.left;
+    c.free_right = fn.right;
+    c.can_drop = droppable(*r);
+    c.can_swap = true;
+    if (c.can_drop) {
+      absl::InlinedVector<uint64_t, 8> roots;
+      auto visit = [&](uint64_t nb) {
+        if (!classes_.contains(nb)) return;
+        const uint64_t root = classes_.root(nb);
+        if (std::find(roots.begin(), roots.end(), root) != roots.end()) return;
+        roots.push_back(root);
+        c.neighbourhood_us += classes_.class_cost(root);
+      };
+      for (uint64_t nb : r->producer->inputs) visit(nb);
+      for (uint64_t nb : r->users) visit(nb);
+    }
+    const evict::Score s = cost_.score(c);
+    if (s.eligible && (best == nullptr || s.h < best_score.h)) {
+      best = r;
+      best_score = s;
+    }
+  }
+  stats_.search_us += us_since(t0);
+  if (best == nullptr) return false;
+  if (best_score.action == evict::Action::kSwap) {
+    if (!swap_out(*best).ok()) return false;
+  } else {
+    drop(*best);
+    ++stats_.evict_drop;
+  }
+  return true;
+}
+
+absl::StatusOr<alloc::Block> Executor::allocate(size_t bytes, const std::function<std::string()>& who) {
+  alloc::Region& region = device_.compute_region();
+  const size_t size = alloc::round_up(bytes);
+  const size_t m_star = budget();
+  for (;;) {
+    if (region.stats().allocated + size <= m_star) {
+      auto b = region.allocate(size);
+      if (b.ok()) return b;
+    }
+    if (!evict_one()) break;
+  }
+  size_t pinned = 0;
+  for (const auto& [id, r] : records_) {
+    if (r.pin_count > 0 && r.state == StorageState::kResident) pinned += r.block.size;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      who(), ": cannot allocate ", alloc::format_bytes(size), " (", size, " bytes)",
+      m_star < region.capacity() ? absl::StrCat(" within the budget of ", alloc::format_bytes(m_star)) : "",
+      "; the op's pinned inputs hold ", alloc::format_bytes(pinned),
+      opts_.policy == EvictPolicy::kNone ? "; eviction is off" : "; nothing more can be evicted",
+      ": ", region.state()));
+}
+
+// ---- regeneration ----
+
+absl::Status Executor::ensure_resident(TensorRecord& r) {
+  switch (r.state) {
+    case StorageState::kResident:
+      return absl::OkStatus();
+    case StorageState::kMissing:
+      return absl::FailedPreconditionError(absl::StrCat("tensor ", r.desc.str(), " was never produced (an earlier op failed)"));
+    case StorageState::kSwapped: {
+      MTC_ASSIGN_OR_RETURN(alloc::Block b, allocate(r.desc.bytes(), [&] {
+        return absl::StrCat("swapping in ", r.desc.str());
+      }));
+      const auto t0 = Clock::now();
+      MTC_RETURN_IF_ERROR(device_.copy_to_device(device_.compute_ptr(b), r.host.get(), r.desc.bytes()));
+      stats_.swap_us += us_since(t0);
+      stats_.swapped_in_bytes += r.desc.bytes();
+      r.host.reset();
+      set_resident(r, b);
+      return absl::OkStatus();
+    }
+    case StorageState::kDropped:
+      return recompute(r);
+  }
+  return absl::InternalError("bad storage state");
+}
+
+// Note [Regeneration order]
+// An op's inputs are marked as just used (so the policy evicts them last), then the missing
+// ones are regenerated one by one, each pinned once it is back, while inputs that were
+// already resident stay evictable rather than being held through another input's
+// (possibly long) recompute chain. A second pass, with everything else pinned, brings back
+// any resident input evicted meanwhile. Each input is regenerated at most twice, so the
+// work stays linear in the recompute chain (retrying until all fit at once would not).
+absl::Status Executor::make_resident(std::span<TensorRecord* const> ins, Pins& pins) {
+  for (TensorRecord* r : ins) r->last_access = op_clock_;
+  absl::InlinedVector<bool, 4> pinned(ins.size(), false);
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (ins[i]->state == StorageState::kResident) continue;
+    pins.add(ins[i]);
+    pinned[i] = true;
+    MTC_RETURN_IF_ERROR(ensure_resident(*ins[i]));
+  }
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (pinned[i]) continue;
+    pins.add(ins[i]);
+    MTC_RETURN_IF_ERROR(ensure_resident(*ins[i]));
   }
   return absl::OkStatus();
 }
 
-absl::Status Executor::execute(Put& c) {
-  auto block = device_.compute_region().allocate(c.desc.bytes());
-  if (!block.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "put ", c.desc.str(), c.persistent ? " (persistent)" : "", ": ", block.status().message()));
+absl::Status Executor::recompute(TensorRecord& r) {
+  MTC_CHECK(r.producer != nullptr, "dropped tensor without a compute path");
+  const std::shared_ptr<ComputePath> path = r.producer;  // keep it alive across erasures
+  const OpDef& op = *path->op;
+  absl::InlinedVector<TensorRecord*, 4> ins;
+  for (size_t i = 0; i < path->inputs.size(); ++i) {
+    TensorRecord* in = find(path->inputs[i]);
+    if (in == nullptr || in->version != path->input_versions[i]) {
+      return absl::InternalError(absl::StrCat("op ", op.name(), ": cannot recompute: input ", i, " changed"));
+    }
+    ins.push_back(in);
   }
-  MTC_RETURN_IF_ERROR(device_.copy_to_device(device_.compute_ptr(*block), c.data.data(), c.data.size()));
+  Pins pins;
+  MTC_RETURN_IF_ERROR(make_resident(ins, pins));
+  absl::InlinedVector<TensorView, 4> in_views;
+  for (TensorRecord* in : ins) in_views.push_back(TensorView{device_.compute_ptr(in->block), &in->desc});
+  // Outputs: dropped records get their storage back; the others (resident, swapped, or
+  // gone) are written to temporary blocks that are freed afterwards.
+  absl::InlinedVector<TensorView, 2> out_views;
+  absl::InlinedVector<TensorRecord*, 2> targets(path->outputs.size(), nullptr);
+  absl::InlinedVector<alloc::Block, 2> blocks;
+  absl::InlinedVector<TensorDesc, 2> temp_descs(path->outputs.size());
+  auto free_blocks = [&] {
+    for (const alloc::Block& b : blocks) device_.compute_region().free(b);
+  };
+  for (size_t i = 0; i < path->outputs.size(); ++i) {
+    TensorRecord* o = find(path->outputs[i]);
+    if (o != nullptr && o->state == StorageState::kDropped) targets[i] = o;
+    const TensorDesc* d = o != nullptr ? &o->desc : nullptr;
+    if (d == nullptr) {
+      // A gone output: its shape is not kept; ask the op (inputs are known).
+      std::vector<TensorDesc> all;
+      absl::InlinedVector<TensorDesc, 4> ins;
+      for (const TensorView& v : in_views) ins.push_back(*v.desc);
+      MTC_RETURN_IF_ERROR(op.infer(ins, all));
+      temp_descs[i] = all[i];
+      d = &temp_descs[i];
+    }
+    auto b = allocate(d->bytes(), [&] { return absl::StrCat("recomputing op ", op.name()); });
+    if (!b.ok()) {
+      free_blocks();
+      return b.status();
+    }
+    blocks.push_back(*b);
+    out_views.push_back(TensorView{device_.compute_ptr(*b), d});
+  }
+  double us = 0;
+  absl::Status s = run(*path, in_views, out_views, /*recomputing=*/true, &us);
+  if (!s.ok()) {
+    free_blocks();
+    return s;
+  }
+  ++stats_.recomputes;
+  stats_.recompute_us += us;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] == nullptr) {
+      device_.compute_region().free(blocks[i]);
+      continue;
+    }
+    set_resident(*targets[i], blocks[i]);
+    targets[i]->last_access = op_clock_;
+    ++targets[i]->recompute_count;
+    classes_.restore(targets[i]->id);
+  }
+  // Inputs the user has released were regenerated only for this: drop them again.
+  for (uint64_t id : path->inputs) {
+    TensorRecord* in = find(id);
+    if (!in->handle_alive && in->pin_count == 1 && in->state == StorageState::kResident && droppable(*in)) {
+      drop(*in);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::run(const ComputePath& path, std::span<const TensorView> ins,
+                           std::span<const TensorView> outs, bool recomputing, double* us) {
+  const OpDef& op = *path.op;
+  KernelFn kernel = op.schema().kernels[static_cast<int>(device_.type())];
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("op ", op.name(), " has no kernel for device ",
+                                                 device_type_name(device_.type())));
+  }
+  ScratchContext ctx(*this, op, recomputing);
+  const auto t0 = Clock::now();
+  absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
+  *us = us_since(t0);
+  return s;
+}
+
+// ---- commands ----
+
+absl::Status Executor::execute(Put& c) {
+  MTC_ASSIGN_OR_RETURN(alloc::Block block, allocate(c.desc.bytes(), [&] {
+    return absl::StrCat("put ", c.desc.str(), c.persistent ? " (persistent)" : "");
+  }));
+  MTC_RETURN_IF_ERROR(device_.copy_to_device(device_.compute_ptr(block), c.data.data(), c.data.size()));
   TensorRecord& r = records_[c.id];
   r.id = c.id;
   r.desc = std::move(c.desc);
-  r.state = StorageState::kResident;
-  r.block = *block;
   r.persistent = c.persistent;
   r.last_access = op_clock_;
+  set_resident(r, block);
   return absl::OkStatus();
 }
 
 absl::Status Executor::execute(ApplyOp& c) {
   const OpDef& op = *c.op;
   ++op_clock_;
+  Pins pins;
   absl::InlinedVector<TensorRecord*, 4> ins;
-  absl::InlinedVector<TensorView, 4> in_views;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    auto it = records_.find(c.inputs[i]);
-    if (it == records_.end() || it->second.state != StorageState::kResident) {
+    TensorRecord* r = find(c.inputs[i]);
+    if (r == nullptr || r->state == StorageState::kMissing) {
       return absl::FailedPreconditionError(absl::StrCat(
           "op ", op.name(), ": input ", i, " was never produced (an earlier op failed)"));
     }
-    TensorRecord& r = it->second;
-    r.last_access = op_clock_;
-    ins.push_back(&r);
-    in_views.push_back(TensorView{device_.compute_ptr(r.block), &r.desc});
+    ins.push_back(r);
   }
   auto context = [&] {
     absl::InlinedVector<TensorDesc, 4> d;
     for (auto* r : ins) d.push_back(r->desc);
     return op_context(op, d);
   };
-
-  KernelFn kernel = op.schema().kernels[static_cast<int>(device_.type())];
-  if (kernel == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("op ", op.name(), " has no kernel for device ",
-                                                 device_type_name(device_.type())));
+  if (absl::Status s = make_resident(ins, pins); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(context(), ": regenerating an input: ", s.message()));
   }
+  absl::InlinedVector<TensorView, 4> in_views;
+  for (TensorRecord* r : ins) {
+    r->last_access = op_clock_;
+    in_views.push_back(TensorView{device_.compute_ptr(r->block), &r->desc});
+  }
+
+  auto path = std::make_shared<ComputePath>();
+  path->op = c.op;
+  path->inputs = c.inputs;
+  for (TensorRecord* r : ins) path->input_versions.push_back(r->version);
 
   absl::InlinedVector<alloc::Block, 2> out_blocks;
   absl::InlinedVector<TensorView, 2> out_views;
@@ -99,77 +423,133 @@ absl::Status Executor::execute(ApplyOp& c) {
     for (const alloc::Block& b : out_blocks) device_.compute_region().free(b);
   };
   for (size_t i = 0; i < c.output_descs.size(); ++i) {
-    auto b = device_.compute_region().allocate(c.output_descs[i].bytes());
+    auto b = allocate(c.output_descs[i].bytes(), [&] {
+      return absl::StrCat(context(), ": output ", i, " ", c.output_descs[i].str());
+    });
     if (!b.ok()) {
       free_outputs();
-      return absl::ResourceExhaustedError(absl::StrCat(context(), ": output ", i, " ",
-                                                       c.output_descs[i].str(), ": ",
-                                                       b.status().message()));
+      return b.status();
     }
     out_blocks.push_back(*b);
     out_views.push_back(TensorView{device_.compute_ptr(*b), &c.output_descs[i]});
   }
-
-  absl::Status s;
-  double us;
-  {
-    ScratchContext ctx(device_, op);
-    const auto t0 = std::chrono::steady_clock::now();
-    s = kernel(op, KernelArgs{in_views, out_views, ctx});
-    us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const uint64_t mutated = op.mutates_inputs();
+  if (mutated != 0 && opts_.policy != EvictPolicy::kNone) {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if ((mutated >> i) & 1) {
+        if (absl::Status s = snapshot_before_mutation(*ins[i]); !s.ok()) {
+          free_outputs();
+          return absl::Status(s.code(), absl::StrCat(context(), ": ", s.message()));
+        }
+      }
+    }
   }
-  if (!s.ok()) {
+  double us = 0;
+  if (absl::Status s = run(*path, in_views, out_views, /*recomputing=*/false, &us); !s.ok()) {
     free_outputs();
     return absl::Status(s.code(), absl::StrCat(context(), ": ", s.message()));
   }
-
-  auto path = std::make_shared<ComputePath>();
-  path->op = c.op;
-  path->inputs = c.inputs;
+  // In-place mutation: the mutated inputs move to a new version; the path records the
+  // new one (the op's outputs do not depend on the old values; see OpDef::mutates_inputs).
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if ((mutated >> i) & 1) path->input_versions[i] = ++ins[i]->version;
+  }
   path->outputs = c.outputs;
   path->compute_us = us;
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     TensorRecord& r = records_[c.outputs[i]];
     r.id = c.outputs[i];
     r.desc = std::move(c.output_descs[i]);
-    r.state = StorageState::kResident;
-    r.block = out_blocks[i];
     r.producer = path;
     r.last_access = op_clock_;
+    set_resident(r, out_blocks[i]);
   }
   for (TensorRecord* r : ins) r->users.insert(r->users.end(), c.outputs.begin(), c.outputs.end());
   return absl::OkStatus();
 }
 
-absl::Status Executor::execute(Del& c) {
-  auto it = records_.find(c.id);
-  if (it == records_.end()) return absl::OkStatus();  // its op failed: nothing was made
-  TensorRecord& r = it->second;
-  r.handle_alive = false;
-  MTC_RETURN_IF_ERROR(release_storage(r));
-  if (r.producer) {  // it no longer uses its inputs
-    for (uint64_t in : r.producer->inputs) {
-      auto src = records_.find(in);
-      if (src == records_.end()) continue;
-      auto& u = src->second.users;
-      if (auto pos = std::find(u.begin(), u.end(), c.id); pos != u.end()) {
-        *pos = u.back();
-        u.pop_back();
-      }
+// Note [Copy on mutate]
+// A compute path names its inputs by id and version. When an op is about to mutate x in
+// place (an optimizer step, batch norm's running statistics) while recorded paths still
+// read x's current value, a dropped tensor downstream of those paths could no longer be
+// recomputed. So x's current value moves into a hidden snapshot record first (a copy, which
+// DTE may swap out like any tensor), the paths are repointed to it, and x starts a new
+// version with no users. The snapshot dies with the last tensor computed from it. Without
+// eviction nothing is ever recomputed, and no snapshot is taken.
+absl::Status Executor::snapshot_before_mutation(TensorRecord& x) {
+  if (x.users.empty()) return absl::OkStatus();
+  MTC_ASSIGN_OR_RETURN(alloc::Block b, allocate(x.desc.bytes(), [&] {
+    return absl::StrCat("snapshot of ", x.desc.str(), " before an in-place update");
+  }));
+  MTC_RETURN_IF_ERROR(device_.copy_on_device(device_.compute_ptr(b), device_.compute_ptr(x.block), x.desc.bytes()));
+  const uint64_t snap_id = kSnapshotIdBase + next_snapshot_++;
+  TensorRecord& s = records_[snap_id];
+  s.id = snap_id;
+  s.desc = x.desc;
+  s.handle_alive = false;
+  s.version = x.version;
+  s.last_access = x.last_access;
+  s.users = std::move(x.users);
+  x.users.clear();
+  for (uint64_t u : s.users) {
+    TensorRecord* r = find(u);
+    if (r == nullptr || !r->producer) continue;
+    for (uint64_t& in : r->producer->inputs) {
+      if (in == x.id) in = snap_id;
     }
   }
-  records_.erase(it);
+  set_resident(s, b);
+  return absl::OkStatus();
+}
+
+void Executor::erase_record(uint64_t id) {
+  std::vector<uint64_t> work{id};
+  while (!work.empty()) {
+    const uint64_t t = work.back();
+    work.pop_back();
+    auto it = records_.find(t);
+    if (it == records_.end()) continue;
+    TensorRecord& r = it->second;
+    release_storage(r);
+    classes_.erase(t);
+    if (r.producer) {  // it no longer uses its inputs; they may now be unneeded too
+      for (uint64_t in : r.producer->inputs) {
+        TensorRecord* src = find(in);
+        if (src == nullptr) continue;
+        auto& u = src->users;
+        if (auto pos = std::find(u.begin(), u.end(), t); pos != u.end()) {
+          *pos = u.back();
+          u.pop_back();
+        }
+        if (!src->handle_alive && src->users.empty() && src->pin_count == 0) work.push_back(in);
+      }
+    }
+    records_.erase(it);
+  }
+}
+
+absl::Status Executor::execute(Del& c) {
+  TensorRecord* r = find(c.id);
+  if (r == nullptr) return absl::OkStatus();  // its op failed: nothing was made
+  r->handle_alive = false;
+  if (r->users.empty()) {
+    erase_record(c.id);
+  } else if (r->state == StorageState::kResident && droppable(*r)) {
+    // Still a recompute source for tensors computed from it ("fake delete"): keep the
+    // record, free the storage.
+    drop(*r);
+  }
   return absl::OkStatus();
 }
 
 absl::Status Executor::execute(GetValue& c) {
-  auto it = records_.find(c.id);
-  if (it == records_.end() || it->second.state != StorageState::kResident) {
+  TensorRecord* r = find(c.id);
+  if (r == nullptr || r->state == StorageState::kMissing) {
     return absl::FailedPreconditionError("get_value: the tensor was never produced (an earlier op failed)");
   }
-  const TensorRecord& r = it->second;
-  MTC_CHECK(c.bytes == r.desc.bytes(), "get_value size mismatch");
-  return device_.copy_to_host(c.dst, device_.compute_ptr(r.block), c.bytes);
+  MTC_RETURN_IF_ERROR(ensure_resident(*r));
+  MTC_CHECK(c.bytes == r->desc.bytes(), "get_value size mismatch");
+  return device_.copy_to_host(c.dst, device_.compute_ptr(r->block), c.bytes);
 }
 
 }  // namespace mtc

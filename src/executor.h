@@ -1,21 +1,47 @@
 // Executor: the interpreter's worker side. It owns the tensor records and executes
 // commands against the device: allocates outputs in the compute region, runs kernels from
-// the op's kernel table, times them and records compute paths. Only the worker thread
-// (or, in synchronous mode, the thread holding the interpreter's sync lock) touches it.
+// the op's kernel table, times them and records compute paths. It is also where DTE acts:
+// it keeps the compute region under the budget by evicting tensors (swapping them to host
+// memory or dropping them), chosen by evict::EvictionCost, and regenerates evicted inputs
+// before an op runs (swap in, or recompute along the compute path, recursively). Only the
+// worker thread (or, in synchronous mode, the thread holding the interpreter's sync lock)
+// touches it.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "absl/container/node_hash_map.h"
 #include "commands.h"
 #include "device.h"
+#include "evict/cost.h"
+#include "evict/evicted_classes.h"
+#include "mtc/evict_options.h"
+#include "mtc/interpreter.h"
 #include "tensor_record.h"
 
 namespace mtc {
 
+// Pins: pins records for the life of an op's run, unpinning on every path out.
+class Pins {
+ public:
+  ~Pins() {
+    for (TensorRecord* r : pinned_) --r->pin_count;
+  }
+  void add(TensorRecord* r) {
+    ++r->pin_count;
+    pinned_.push_back(r);
+  }
+ private:
+  absl::InlinedVector<TensorRecord*, 4> pinned_;
+};
+
 class Executor {
  public:
-  explicit Executor(Device& device) : device_(device) {}
+  Executor(Device& device, const EvictOptions& evict);
   ~Executor();
 
   absl::Status execute(Put& c);
@@ -26,13 +52,49 @@ class Executor {
   Device& device() { return device_; }
   const absl::node_hash_map<uint64_t, TensorRecord>& records() const { return records_; }
   uint64_t op_clock() const { return op_clock_; }
+  const EvictStats& evict_stats() const { return stats_; }
+  const EvictOptions& evict_options() const { return opts_; }
+  size_t budget() const;  // m*, bytes
+
+  // allocate: a block of the compute region, evicting unpinned tensors while the request
+  // would exceed the budget or finds no free block. `who` names the request in errors.
+  absl::StatusOr<alloc::Block> allocate(size_t bytes, const std::function<std::string()>& who);
 
  private:
-  absl::Status release_storage(TensorRecord& r);
+  absl::Status ensure_resident(TensorRecord& r);
+  absl::Status make_resident(std::span<TensorRecord* const> ins, Pins& pins);  // Note [Regeneration order]
+  absl::Status recompute(TensorRecord& r);
+  // run: executes path's op on resident inputs into `outs`, timing it.
+  absl::Status run(const ComputePath& path, std::span<const TensorView> ins,
+                   std::span<const TensorView> outs, bool recomputing, double* us);
+  bool evict_one();
+  bool droppable(const TensorRecord& r) const;
+  void drop(TensorRecord& r);
+  absl::Status swap_out(TensorRecord& r);
+  void set_resident(TensorRecord& r, alloc::Block b);
+  void release_storage(TensorRecord& r);
+  void add_candidate(TensorRecord& r);
+  void remove_candidate(TensorRecord& r);
+  void erase_record(uint64_t id);  // and, in cascade, inputs nothing needs any more
+  absl::Status snapshot_before_mutation(TensorRecord& x);  // Note [Copy on mutate]
+  void measure_bandwidth();
+  TensorRecord* find(uint64_t id) {
+    auto it = records_.find(id);
+    return it == records_.end() ? nullptr : &it->second;
+  }
 
   Device& device_;
+  EvictOptions opts_;
+  evict::EvictionCost cost_;
+  evict::EvictedClasses classes_;
   absl::node_hash_map<uint64_t, TensorRecord> records_;
-  uint64_t op_clock_ = 0;  // ApplyOps executed so far: the staleness clock
+  std::vector<TensorRecord*> candidates_;  // resident, evictable, not below the size floor
+  std::mt19937_64 sample_rng_{0x5eed};
+  double bytes_per_us_ = 0;  // gamma: host <-> device copy bandwidth, measured once
+  uint64_t op_clock_ = 0;    // ApplyOps executed so far: the staleness clock
+  static constexpr uint64_t kSnapshotIdBase = uint64_t{1} << 62;  // above any handle's id
+  uint64_t next_snapshot_ = 0;
+  EvictStats stats_;
 };
 
 }  // namespace mtc

@@ -23,7 +23,7 @@ std::shared_ptr<Interpreter> Interpreter::create(std::shared_ptr<Device> device,
 }
 
 Interpreter::Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts)
-    : device_(std::move(device)), executor_(std::make_unique<Executor>(*device_)),
+    : device_(std::move(device)), executor_(std::make_unique<Executor>(*device_, opts.evict)),
       queue_(new std::deque<Command>()) {
   const char* env = std::getenv("MTC_INTERP_SYNC");
   synchronous_ = opts.synchronous || (env != nullptr && std::strcmp(env, "0") != 0 && *env != '\0');
@@ -216,6 +216,15 @@ absl::StatusOr<MemoryStats> Interpreter::memory_stats() {
                           &done}});
   MTC_RETURN_IF_ERROR(f.get());
   return m;
+}
+
+absl::StatusOr<EvictStats> Interpreter::evict_stats() {
+  EvictStats st;
+  std::promise<absl::Status> done;
+  auto f = done.get_future();
+  enqueue(Command{Inspect{[&st](Executor& ex) { st = ex.evict_stats(); }, &done}});
+  MTC_RETURN_IF_ERROR(f.get());
+  return st;
 }
 
 absl::Status Interpreter::reset_peak() {

@@ -48,6 +48,9 @@ class KernelContext {
   // scratch: device memory valid until the kernel returns, carved from the compute region.
   virtual absl::StatusOr<void*> scratch(size_t bytes) = 0;
   virtual Device& device() = 0;
+  // recomputing: the op runs again to regenerate an evicted output (DTE). A kernel that
+  // mutates inputs must then leave them alone; its outputs must come out bit-identical.
+  virtual bool recomputing() const { return false; }
 };
 
 struct KernelArgs {
@@ -111,6 +114,9 @@ class OpDef {
   virtual uint64_t saves_inputs() const { return ~uint64_t{0}; }
   virtual uint64_t saves_outputs() const { return 0; }
   // mutates_inputs: inputs the kernel writes in place (optimizer state, running stats).
+  // Such an op's outputs must not depend on the mutated inputs' old values (batch_norm in
+  // training reads only x, gamma and beta for y), and its kernel must skip the mutation
+  // when recomputing(), so that DTE can regenerate its outputs.
   virtual uint64_t mutates_inputs() const { return 0; }
   // attrs: the op's attributes for messages and traces, e.g. "stride=1 padding=1".
   virtual std::string attrs() const { return ""; }

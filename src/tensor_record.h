@@ -1,10 +1,13 @@
 // TensorRecord: the worker's record of one tensor, and ComputePath, the op that made it.
 // Both are owned by the interpreter's worker thread; nothing else touches them.
 //
-// A record carries what eviction (DTE) will need: where the storage is, the compute path
-// that can regenerate it, its users, and access statistics.
+// A record carries what eviction (DTE) needs: where the storage is (resident in the
+// compute region, swapped to a host buffer, or dropped and recomputable from its compute
+// path), the compute path, its users, pins, a version for in-place mutation, and access
+// statistics.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -17,13 +20,16 @@ namespace mtc {
 struct ComputePath {
   std::shared_ptr<const OpDef> op;
   IdList inputs;
+  absl::InlinedVector<uint32_t, 4> input_versions;  // each input's version when it ran
   IdList outputs;
   double compute_us = 0;  // measured time of the op's last run, microseconds
 };
 
 enum class StorageState : uint8_t {
   kResident,  // in the compute region at `block`
-  kMissing,   // never produced (its op failed), or its storage was dropped
+  kSwapped,   // in `host`, a host buffer; swapped in before use
+  kDropped,   // no storage; regenerated from `producer` before use
+  kMissing,   // never produced (its op failed)
 };
 
 struct TensorRecord {
@@ -31,10 +37,14 @@ struct TensorRecord {
   TensorDesc desc;
   StorageState state = StorageState::kMissing;
   alloc::Block block;                     // valid when kResident
+  std::unique_ptr<std::byte[]> host;      // valid when kSwapped
   std::shared_ptr<ComputePath> producer;  // null for Put tensors
   std::vector<uint64_t> users;            // live tensors computed from it (DTE's graph)
   bool persistent = false;                // parameters and optimizer state: never evicted
   bool handle_alive = true;               // a user handle still names it
+  uint32_t pin_count = 0;                 // > 0 while an op being run needs it resident
+  uint32_t version = 0;                   // bumped by each in-place mutation
+  size_t candidate_index = SIZE_MAX;      // its place in the executor's candidate list
   // DTE statistics.
   uint64_t last_access = 0;  // the worker's op counter at its last use
   uint32_t recompute_count = 0;

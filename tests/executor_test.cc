@@ -1,6 +1,6 @@
 // Tests of the interpreter's worker side (src/executor.cc) driven command by command:
 // the tensor records it keeps (storage, compute path, users, reference counts) and what
-// Del and failures do to them.
+// Del (with DTE's fake delete) and failures do to them.
 #include <memory>
 
 #include "executor.h"
@@ -20,7 +20,7 @@ class ExecutorTest : public ::testing::Test {
     auto d = make_device(o);
     ASSERT_TRUE(d.ok()) << d.status();
     device_ = *d;
-    ex_ = std::make_unique<Executor>(*device_);
+    ex_ = std::make_unique<Executor>(*device_, EvictOptions{});
   }
   void put(uint64_t id, Shape s, float v) {
     TensorDesc d{s, DType::kF32};
@@ -63,16 +63,25 @@ TEST_F(ExecutorTest, RecordsComputePathUsersAndRefCounts) {
   EXPECT_EQ(rec(4).ref_count(), 1u);  // only its handle
   EXPECT_GT(rec(4).last_access, rec(1).last_access);
 
-  // Dropping tensor 3 frees its storage and removes it from its inputs' users.
+  // Releasing tensor 3 while tensor 4 (computed from it) lives keeps 3's record as a
+  // recompute source and frees only its storage ("fake delete").
   const size_t before = allocated();
   Del del{3};
   ASSERT_TRUE(ex_->execute(del).ok());
-  EXPECT_EQ(ex_->records().count(3), 0u);
+  ASSERT_EQ(ex_->records().count(3), 1u);
+  EXPECT_EQ(rec(3).state, StorageState::kDropped);
+  EXPECT_FALSE(rec(3).handle_alive);
+  EXPECT_EQ(rec(3).ref_count(), 1u);  // tensor 4
   EXPECT_EQ(allocated(), before - alloc::round_up(d.bytes()));
+  // Releasing 4 erases it, and with it 3, which nothing needs any more.
+  Del del4{4};
+  ASSERT_TRUE(ex_->execute(del4).ok());
+  EXPECT_EQ(ex_->records().count(4), 0u);
+  EXPECT_EQ(ex_->records().count(3), 0u);
   EXPECT_TRUE(rec(1).users.empty());
   EXPECT_TRUE(rec(2).users.empty());
   EXPECT_EQ(rec(1).ref_count(), 1u);
-  for (uint64_t id : {1, 2, 4}) {
+  for (uint64_t id : {1, 2}) {
     Del x{id};
     ASSERT_TRUE(ex_->execute(x).ok());
   }

@@ -136,6 +136,12 @@ class MtcTrain : public ::testing::Test {
 };
 
 TEST_F(MtcTrain, UnknownModel) { expect_bad("--model=resnet19", "expected one of resnet20"); }
+TEST_F(MtcTrain, BadEvictionFlags) {
+  expect_bad("--budget=lots", "--budget 'lots': expected none, a byte size");
+  expect_bad("--budget=1.5", "--budget '1.5'");
+  expect_bad("--evict_policy=fifo", "unknown eviction policy 'fifo'");
+  expect_bad("--evict_mode=all", "unknown eviction mode 'all'");
+}
 TEST_F(MtcTrain, UnknownFlag) {
   expect_bad("--bogus=1", "unknown flag --bogus");
   expect_bad("--batch 8 --bogus", "unknown flag --bogus");  // "--flag value" form is skipped over

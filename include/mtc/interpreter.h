@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "mtc/evict_options.h"
 #include "mtc/tensor.h"
 
 namespace mtc {
@@ -31,6 +32,20 @@ class Executor;
 
 struct InterpreterOptions {
   bool synchronous = false;  // execute on the calling thread (MTC_INTERP_SYNC=1 forces it)
+  EvictOptions evict;        // DTE: budget and policy
+};
+
+// EvictStats: what DTE has done since the interpreter started (totals; subtract two
+// readings for one iteration's figures). Times in microseconds, sizes in bytes.
+struct EvictStats {
+  uint64_t evict_drop = 0;       // tensors dropped (to be recomputed)
+  uint64_t evict_swap = 0;       // tensors swapped out to host memory
+  uint64_t recomputes = 0;       // op runs that regenerated dropped tensors
+  double recompute_us = 0;       // time in those runs
+  uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0;
+  double swap_us = 0;            // time copying to and from host memory
+  uint64_t searches = 0;         // eviction searches
+  double search_us = 0;          // time choosing what to evict
 };
 
 // MemoryStats: the compute (m2) and comm/gradient (m1) regions, in bytes.
@@ -64,6 +79,8 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
   absl::Status sync();
   // memory_stats: synchronises, then reads the regions' statistics.
   absl::StatusOr<MemoryStats> memory_stats();
+  // evict_stats: synchronises, then reads DTE's totals.
+  absl::StatusOr<EvictStats> evict_stats();
   // reset_peak: synchronises, then restarts peak tracking from current use.
   absl::Status reset_peak();
   // record_error: keeps `s` (if it is the first) for the next synchronising call.

@@ -26,6 +26,10 @@ struct RuntimeOptions {
   int num_threads = 0;  // CPU kernel threads; 0: OMP_NUM_THREADS, else all cores
   bool synchronous = false;
   uint64_t seed = 0;  // seeds random ops (dropout) and parameter initialisation
+  // DTE. evict.budget_bytes is m* in bytes; budget_fraction, when > 0, sets it instead as a
+  // fraction of the compute region once the region's size is known.
+  EvictOptions evict;
+  double budget_fraction = 0;
 };
 
 class Runtime {

@@ -127,7 +127,7 @@ absl::Status batch_norm(const BatchNormOp& op, const KernelArgs& a) {
       const double var = std::max(s.total_b / static_cast<double>(m) - d_mean * d_mean, 0.0);
       mean = static_cast<float>(k + d_mean);
       invstd = static_cast<float>(1.0 / std::sqrt(var + op.eps));
-      if (op.tracks_running) {
+      if (op.tracks_running && !a.ctx.recomputing()) {  // a recompute must not update twice
         const double unbiased = var * static_cast<double>(m) / static_cast<double>(m - 1);
         const double mo = op.momentum;
         rmean[ch] = static_cast<float>((1.0 - mo) * rmean[ch] + mo * (k + d_mean));

@@ -1,0 +1,248 @@
+// Tests of DTE (evict/ and the executor's evictions): the cost's choices against
+// hand-worked cases, the evicted-tensor classes, and training under a budget, which must
+// give bit-identical losses and final weights to the unlimited run (the reference) with
+// drop only, swap only and both, for CIFAR ResNet-56 and for a network with dropout.
+#include <cstring>
+#include <memory>
+
+#include "device.h"
+#include "evict/cost.h"
+#include "evict/evicted_classes.h"
+#include "gtest/gtest.h"
+#include "mtc/data.h"
+#include "mtc/models.h"
+#include "mtc/nn.h"
+#include "mtc/ops.h"
+#include "mtc/optim.h"
+#include "mtc/runtime.h"
+
+namespace mtc {
+namespace {
+
+evict::CandidateStats stats(size_t bytes, double compute_us, double swap_us, double staleness) {
+  evict::CandidateStats c;
+  c.bytes = bytes;
+  c.compute_us = compute_us;
+  c.swap_us = swap_us;
+  c.staleness = staleness;
+  c.can_drop = c.can_swap = true;
+  return c;
+}
+
+TEST(EvictionCost, MtcTakesTheCheaperActionAndCountsFreeNeighbours) {
+  EvictOptions o;
+  evict::EvictionCost mtc(o);
+  // Swapping 1 MiB at 10 GB/s (~105 us) beats recomputing an op of 500 us.
+  evict::Score s = mtc.score(stats(1 << 20, 500, 105, 4));
+  EXPECT_TRUE(s.eligible);
+  EXPECT_EQ(s.action, evict::Action::kSwap);
+  EXPECT_DOUBLE_EQ(s.h, 105.0 / ((1 << 20) * 4.0));
+  // A cheap op is dropped instead.
+  s = mtc.score(stats(1 << 20, 20, 105, 4));
+  EXPECT_EQ(s.action, evict::Action::kDrop);
+  // Free neighbours enlarge the denominator: the same tensor next to 3 MiB of free space
+  // scores a quarter, so it goes first.
+  evict::CandidateStats c = stats(1 << 20, 20, 105, 4);
+  c.free_left = 1 << 20;
+  c.free_right = 2 << 20;
+  EXPECT_DOUBLE_EQ(mtc.score(c).h, s.h / 4);
+  // Each recompute multiplies by beta (2).
+  c.recompute_count = 3;
+  EXPECT_DOUBLE_EQ(mtc.score(c).h, s.h / 4 * 8);
+  // The evicted neighbourhood adds to the recompute cost.
+  evict::CandidateStats n = stats(1 << 20, 20, 1000, 4);
+  n.neighbourhood_us = 30;
+  EXPECT_DOUBLE_EQ(mtc.score(n).h, 50.0 / ((1 << 20) * 4.0));
+}
+
+TEST(EvictionCost, ModesAndBaselines) {
+  EvictOptions o;
+  o.mode = EvictMode::kDrop;
+  evict::CandidateStats c = stats(4096, 500, 1, 2);
+  EXPECT_EQ(evict::EvictionCost(o).score(c).action, evict::Action::kDrop);
+  c.can_drop = false;  // a Put tensor: drop-only mode cannot evict it
+  EXPECT_FALSE(evict::EvictionCost(o).score(c).eligible);
+  o.mode = EvictMode::kSwap;
+  EXPECT_EQ(evict::EvictionCost(o).score(stats(4096, 1, 500, 2)).action, evict::Action::kSwap);
+  o.mode = EvictMode::kBoth;
+  o.policy = EvictPolicy::kNone;
+  EXPECT_FALSE(evict::EvictionCost(o).score(stats(4096, 1, 1, 2)).eligible);
+  o.policy = EvictPolicy::kDtr;
+  evict::Score d = evict::EvictionCost(o).score(stats(4096, 100, 1, 2));
+  EXPECT_EQ(d.action, evict::Action::kDrop);  // dtr recomputes even when a swap is cheaper
+  EXPECT_DOUBLE_EQ(d.h, 100.0 / (4096 * 2));
+  o.policy = EvictPolicy::kCapuchin;
+  EXPECT_EQ(evict::EvictionCost(o).score(stats(4096, 1, 100, 2)).action, evict::Action::kSwap);
+  o.policy = EvictPolicy::kLargest;
+  EXPECT_LT(evict::EvictionCost(o).score(stats(8192, 1, 1, 1)).h, evict::EvictionCost(o).score(stats(4096, 1, 1, 1)).h);
+  EXPECT_FALSE(parse_evict_policy("fifo").ok());
+  EXPECT_EQ(*parse_evict_policy("capuchin"), EvictPolicy::kCapuchin);
+  EXPECT_FALSE(parse_evict_mode("all").ok());
+}
+
+TEST(EvictedClasses, UnionsSumCostsAndRestoresSubtract) {
+  evict::EvictedClasses k;
+  k.add(1, 10);
+  k.add(2, 20);
+  k.add(3, 5);
+  EXPECT_DOUBLE_EQ(k.class_cost(1), 10);
+  k.unite(1, 2);
+  EXPECT_EQ(k.root(1), k.root(2));
+  EXPECT_DOUBLE_EQ(k.class_cost(2), 30);
+  k.unite(2, 3);
+  EXPECT_DOUBLE_EQ(k.class_cost(1), 35);
+  k.restore(2);  // back in memory: its cost leaves the class, the class stays whole
+  EXPECT_FALSE(k.contains(2));
+  EXPECT_DOUBLE_EQ(k.class_cost(3), 15);
+  k.add(2, 7);  // dropped again
+  EXPECT_DOUBLE_EQ(k.class_cost(1), 22);
+}
+
+// ---- training under a budget ----
+
+// DropoutNet: twelve conv3x3 layers (3->16, then 16->16), each followed by relu and
+// dropout(0.3), then global-avg-pool and linear(16->10). Activations dominate its memory
+// and no single op needs much of it, as in the models DTE is for.
+class DropoutNet final : public nn::Module {
+ public:
+  DropoutNet() {
+    for (int i = 0; i < 12; ++i) {
+      convs_.push_back(register_module(
+          "c" + std::to_string(i),
+          std::make_shared<nn::Conv2d>(nn::Conv2dConfig{.in_channels = i == 0 ? 3 : 16, .out_channels = 16, .kernel = 3, .padding = 1})));
+    }
+    fc_ = register_module("fc", std::make_shared<nn::Linear>(16, 10));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = x;
+    for (auto& c : convs_) h = dropout(relu((*c)(h)), 0.3f, is_training());
+    return (*fc_)(global_avg_pool(h));
+  }
+  std::string type_name() const override { return "DropoutNet"; }
+
+ private:
+  std::vector<std::shared_ptr<nn::Conv2d>> convs_;
+  std::shared_ptr<nn::Linear> fc_;
+};
+
+struct Run {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> weights;
+  size_t peak = 0;
+  EvictStats evict;
+};
+
+Run train(const std::string& model, int iterations, int batch, const EvictOptions& ev) {
+  RuntimeOptions o;
+  o.memory_bytes = size_t{1} << 30;
+  o.num_threads = 2;
+  o.seed = 7;
+  o.evict = ev;
+  Run run;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status();
+  if (!rt.ok()) return run;
+  std::shared_ptr<nn::Module> net;
+  Shape sample{3, 32, 32};
+  if (model == "dropout") {
+    net = std::make_shared<DropoutNet>();
+  } else {
+    auto m = models::make_model(model);
+    EXPECT_TRUE(m.ok()) << m.status();
+    net = m->net;
+    sample = m->sample_shape;
+  }
+  auto opt = optim::Sgd::create(net->parameters(), {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f});
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  data::SyntheticData src(sample, 10, 7);
+  for (int it = 0; it < iterations; ++it) {
+    auto loss = models::train_step(*net, **opt, data::to_device(src.batch_at(it % 4, batch)));
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    if (!loss.ok()) return run;
+    auto l = loss->item();
+    EXPECT_TRUE(l.ok()) << l.status();
+    if (!l.ok()) return run;
+    run.losses.push_back(*l);
+  }
+  for (const Tensor& p : net->parameters()) run.weights.push_back(*p.to_vector());
+  auto ms = (*rt)->interpreter().memory_stats();
+  run.peak = ms->compute.peak_allocated;
+  run.evict = *(*rt)->interpreter().evict_stats();
+  return run;
+}
+
+void expect_bit_identical(const Run& ref, const Run& got, const std::string& what) {
+  ASSERT_EQ(ref.losses.size(), got.losses.size()) << what;
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &ref.losses[i], 4);
+    std::memcpy(&b, &got.losses[i], 4);
+    ASSERT_EQ(a, b) << what << ": loss of iteration " << i << ": " << ref.losses[i] << " vs " << got.losses[i];
+  }
+  ASSERT_EQ(ref.weights.size(), got.weights.size());
+  for (size_t p = 0; p < ref.weights.size(); ++p) {
+    ASSERT_EQ(std::memcmp(ref.weights[p].data(), got.weights[p].data(), ref.weights[p].size() * 4), 0)
+        << what << ": parameter " << p << " differs";
+  }
+}
+
+void check_budgeted_runs(const std::string& model, int iterations, int batch) {
+  EvictOptions unlimited;
+  unlimited.policy = EvictPolicy::kNone;
+  const Run ref = train(model, iterations, batch, unlimited);
+  ASSERT_EQ(static_cast<int>(ref.losses.size()), iterations);
+  std::printf("  %s, batch %d: unlimited peak %.1f MiB, losses %.6f .. %.6f\n", model.c_str(), batch,
+              ref.peak / 1048576.0, ref.losses.front(), ref.losses.back());
+  // Budgets: 30% of the unlimited peak with swapping allowed. Drop-only runs at 60%: at
+  // 30-40% it currently can thrash in recomputation on ResNet-56, depending on measured op
+  // times (issue 3 stays open on it; see docs/dte.md).
+  for (EvictMode mode : {EvictMode::kDrop, EvictMode::kSwap, EvictMode::kBoth}) {
+    EvictOptions ev;
+    ev.mode = mode;
+    ev.budget_bytes = ref.peak * (mode == EvictMode::kDrop ? 6 : 3) / 10;
+    const Run got = train(model, iterations, batch, ev);
+    std::printf("  budget %d%% (%.1f MiB), mode %s: peak %.1f MiB, %llu drops, %llu swaps, %llu recomputes\n",
+                mode == EvictMode::kDrop ? 60 : 30, ev.budget_bytes / 1048576.0, evict_mode_name(mode), got.peak / 1048576.0,
+                static_cast<unsigned long long>(got.evict.evict_drop),
+                static_cast<unsigned long long>(got.evict.evict_swap),
+                static_cast<unsigned long long>(got.evict.recomputes));
+    EXPECT_LE(got.peak, ev.budget_bytes) << "the budget was exceeded";
+    if (mode == EvictMode::kDrop) EXPECT_GT(got.evict.recomputes, 0u);
+    if (mode == EvictMode::kSwap) EXPECT_GT(got.evict.evict_swap, 0u);
+    EXPECT_GT(got.evict.evict_drop + got.evict.evict_swap, 0u);  // both: the policy picks
+    expect_bit_identical(ref, got, std::string("mode ") + evict_mode_name(mode));
+  }
+}
+
+TEST(DteTraining, ResNet56UnderABudgetIsBitIdentical) { check_budgeted_runs("resnet56", 20, 16); }
+TEST(DteTraining, DropoutNetUnderABudgetIsBitIdentical) { check_budgeted_runs("dropout", 20, 32); }
+
+TEST(DteTraining, BudgetTooSmallForOneOpNamesTheOpAndBytes) {
+  RuntimeOptions o;
+  o.memory_bytes = size_t{256} << 20;
+  o.num_threads = 1;
+  auto rt = Runtime::create(o);
+  ASSERT_TRUE(rt.ok());
+  Tensor a = full({512, 512}, 1.f);  // 1 MiB each
+  Tensor b = full({512, 512}, 2.f);
+  ASSERT_TRUE((*rt)->interpreter().sync().ok());
+  // A second runtime whose budget holds the two inputs but not the output.
+  o.evict.budget_bytes = (size_t{2} << 20) + 4096;
+  auto small = Runtime::create(o);
+  ASSERT_TRUE(small.ok());
+  Tensor x = full({512, 512}, 1.f), y = full({512, 512}, 2.f);
+  Tensor z = add(x, y);
+  absl::Status s = (*small)->interpreter().sync();
+  ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("add on f32[512,512], f32[512,512]: output 0 f32[512,512]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("cannot allocate 1.0 MiB (1048576 bytes) within the budget"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("pinned inputs hold 2.0 MiB"), std::string::npos) << s;
+  // Nothing is corrupted: the inputs are intact and the runtime goes on.
+  EXPECT_EQ(*sum(x).item(), 512.f * 512.f);
+  // The worker owns the region: let it finish (the temporary's Del) before reading it here.
+  ASSERT_TRUE((*small)->interpreter().sync().ok());
+  (*small)->device().compute_region().check_invariants();
+}
+
+}  // namespace
+}  // namespace mtc
