@@ -15,6 +15,7 @@ EOF
 }
 
 cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
 mtc_train=build/launch/mtc-train
 model=resnet56 batch=64 threads=2 iterations=20 warmup=3 seed=0 torch_only=0
 python=${PYTHON:-/usr/bin/python3}
@@ -49,23 +50,15 @@ export OMP_NUM_THREADS=$threads
 run() {
   local name=$1; shift
   echo "running $name: $*" >&2
-  if ! "$@" >"$logs/$name.log" 2>&1; then
-    echo "$name failed; the end of its output:" >&2
-    tail -n 20 "$logs/$name.log" >&2
+  if ! run_logged "$logs/$name.log" "$@"; then
+    show_tail "$name failed" "$logs/$name.log"
     exit 2
   fi
-  local line
-  line=$(grep '^summary ' "$logs/$name.log" | tail -n 1 || true)
-  if [ -z "$line" ]; then
-    echo "$name printed no 'summary ...' line; the end of its output:" >&2
-    tail -n 20 "$logs/$name.log" >&2
+  if ! summary_line "$logs/$name.log"; then
+    show_tail "$name printed no 'summary ...' line" "$logs/$name.log"
     exit 2
   fi
-  echo "$line"
 }
-
-# field LINE KEY: the value of KEY=value in a summary line.
-field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
 
 keys=(model batch iterations sec_per_iter samples_per_sec final_loss peak_compute_bytes)
 torch_line=$(run torch "$python" benchmarks/torch_peer.py "${common[@]}")

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# How much larger a batch DTE lets through a fixed arena: the largest batch of CIFAR
+# ResNet-110 for which mtc-train completes two iterations (--warmup 1 --iterations 1),
+# first with --evict_policy=none (no eviction), then with --evict_policy=mtc and no
+# --budget (evict only when an allocation does not fit the compute region). Each search
+# doubles the batch until a run fails, then bisects between the last success and that
+# failure; the mtc search starts at the no-eviction maximum. A run counts as completed
+# when it exits 0 with a summary line; out of memory, any other failure and a run past
+# --run-timeout count as not completed (failures other than out of memory are reported).
+# Prints both maxima and their ratio, PASS when mtc/none >= 4.
+# Exit: 0 PASS, 1 FAIL, 2 usage error or batch 1 does not complete without eviction.
+set -euo pipefail
+
+usage() {
+  cat <<EOF
+usage: $0 [MTC_TRAIN] [--model resnet110] [--memory 1GiB] [--comm_memory auto] [--threads 2]
+          [--seed 0] [--max-batch 4096] [--run-timeout 600] [-- MTC_TRAIN_FLAGS...]
+MTC_TRAIN defaults to build/launch/mtc-train. --max-batch caps both searches (a maximum
+at the cap is a lower bound). --run-timeout is in seconds per mtc-train run. Flags after
+-- go to every run. TARGET (default 4) is the smallest passing ratio mtc/none.
+EOF
+}
+
+cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+mtc_train=build/launch/mtc-train
+model=resnet110 memory=1GiB comm_memory=auto threads=2 seed=0 max_batch=4096 run_timeout=600
+extra=()
+target=${TARGET:-4}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model|--memory|--comm_memory|--threads|--seed|--max-batch|--run-timeout)
+      [ $# -ge 2 ] || { echo "$1 needs a value" >&2; usage >&2; exit 2; }
+      v=${1#--}; declare "${v//-/_}=$2"; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "unknown flag $1" >&2; usage >&2; exit 2 ;;
+    *) mtc_train=$1; shift ;;
+  esac
+done
+for n in threads max_batch run_timeout; do
+  [[ ${!n} =~ ^[1-9][0-9]*$ ]] || { echo "--${n//_/-} must be a positive integer, got '${!n}'" >&2; exit 2; }
+done
+need_mtc_train "$mtc_train"
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+common=(--model "$model" --memory "$memory" --comm_memory "$comm_memory" --threads "$threads"
+        --seed "$seed" --iterations 1 --warmup 1 --data synthetic "${extra[@]}")
+export OMP_NUM_THREADS=$threads
+other_failures=0
+
+# completes POLICY BATCH: status 0 when two iterations at BATCH complete under POLICY;
+# one progress line on stderr either way.
+completes() {
+  local policy=$1 batch=$2 rc=0 kind t0=$SECONDS log=$logs/$1-$2.log
+  run_logged "$log" timeout "$run_timeout" "$mtc_train" "${common[@]}" --batch "$batch" \
+    --evict_policy="$policy" || rc=$?
+  if [ "$rc" = 0 ] && summary_line "$log" >/dev/null; then
+    printf '  %-5s batch %5d: ok (%d s)\n' "$policy" "$batch" $((SECONDS - t0)) >&2
+    return 0
+  fi
+  if [ "$rc" = 124 ]; then
+    kind="TIMEOUT after $run_timeout s"
+  elif [ "$rc" = 0 ]; then
+    kind="FAIL: no summary line"
+  else
+    kind=$(failure_kind "$rc" "$log")
+    [ "$kind" = OOM ] || kind="FAIL (exit $rc)"
+  fi
+  printf '  %-5s batch %5d: %s (%d s)\n' "$policy" "$batch" "$kind" $((SECONDS - t0)) >&2
+  if [ "$kind" != OOM ]; then
+    show_tail "  $policy at batch $batch did not run out of memory but failed" "$log"
+    other_failures=$((other_failures + 1))
+  fi
+  return 1
+}
+
+# largest POLICY START: the largest batch in [1, max_batch] that completes under POLICY,
+# doubling from START and then bisecting; 0 when batch 1 does not complete.
+largest() {
+  local policy=$1 b=$2 lo=0 hi=0 mid
+  while :; do
+    if completes "$policy" "$b"; then
+      lo=$b
+      [ "$b" -lt "$max_batch" ] || break
+      b=$((2 * b > max_batch ? max_batch : 2 * b))
+    else
+      hi=$b
+      break
+    fi
+  done
+  if [ "$hi" -gt 0 ]; then
+    while [ $((hi - lo)) -gt 1 ]; do
+      mid=$(((lo + hi) / 2))
+      if completes "$policy" "$mid"; then lo=$mid; else hi=$mid; fi
+    done
+  fi
+  largest_result=$lo
+}
+
+echo "$model, --memory $memory, --comm_memory $comm_memory, $threads threads; 2 iterations per run;" \
+     "batch capped at $max_batch" >&2
+largest none 1
+none_max=$largest_result
+if [ "$none_max" = 0 ]; then
+  echo "batch 1 does not complete without eviction, nothing to compare against; its last line:" \
+       "$(tail -n 1 "$logs/none-1.log")" >&2
+  exit 2
+fi
+largest mtc "$none_max"
+mtc_max=$largest_result
+
+# show MAX: the maximum, marked when it is the cap (a lower bound).
+show() { if [ "$1" -ge "$max_batch" ]; then echo ">= $1 (the --max-batch cap)"; else echo "$1"; fi; }
+echo
+echo "$model at --memory $memory: largest batch completing 2 iterations"
+echo "  --evict_policy=none  $(show "$none_max")"
+echo "  --evict_policy=mtc   $(show "$mtc_max")"
+if [ "$other_failures" -gt 0 ]; then
+  echo "  ($other_failures runs failed otherwise than out of memory; see above)"
+fi
+verdict=$(awk -v m="$mtc_max" -v n="$none_max" -v t="$target" \
+  'BEGIN { r = m / n; printf "%.2f %s", r, (r >= t ? "PASS" : "FAIL") }')
+echo "ratio mtc/none = ${verdict% *} (target >= $target): ${verdict#* }"
+[ "${verdict#* }" = PASS ]

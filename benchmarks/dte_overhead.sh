@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# What DTE costs: mtc-train once without eviction (--evict_policy=none) for the time per
+# iteration and the compute-region peak P, then with --budget at 80, 50, 35 and 25% of P
+# under the mtc and the dtr policies. Prints one table (time per iteration, overhead over
+# the unlimited run, evictions, recomputes, eviction search time as a share of the
+# iteration) and a verdict per target:
+#   mtc's overhead at 35% of P at most 1.3;
+#   mtc no slower than dtr at every budget, within 3% for measurement noise;
+#   mtc's search time under 2% of the iteration time at 25% of P.
+# A budgeted run that fails shows as OOM or FAIL in the table (and fails the targets that
+# need it). Exit: 0 all targets PASS, 1 one FAILs, 2 usage error or the unlimited run failed.
+set -euo pipefail
+
+usage() {
+  cat <<EOF
+usage: $0 [MTC_TRAIN] [--model resnet56] [--batch 64] [--threads 2] [--iterations 10]
+          [--warmup 2] [--seed 0] [--memory auto] [--repeat 1] [-- MTC_TRAIN_FLAGS...]
+MTC_TRAIN defaults to build/launch/mtc-train. --repeat N runs each configuration N times
+and keeps the fastest. Flags after -- go to every mtc-train run. TARGET_OVERHEAD (1.3),
+NOISE (0.03) and TARGET_SEARCH_PCT (2) set the targets.
+EOF
+}
+
+cd "$(dirname "$0")/.."
+. benchmarks/lib.sh
+mtc_train=build/launch/mtc-train
+model=resnet56 batch=64 threads=2 iterations=10 warmup=2 seed=0 memory="" repeat=1
+extra=()
+target_overhead=${TARGET_OVERHEAD:-1.3}
+noise=${NOISE:-0.03}
+target_search=${TARGET_SEARCH_PCT:-2}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --model|--batch|--threads|--iterations|--warmup|--seed|--memory|--repeat)
+      [ $# -ge 2 ] || { echo "$1 needs a value" >&2; usage >&2; exit 2; }
+      declare "${1#--}=$2"; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "unknown flag $1" >&2; usage >&2; exit 2 ;;
+    *) mtc_train=$1; shift ;;
+  esac
+done
+for n in batch threads iterations warmup repeat; do
+  min=1
+  if [ "$n" = warmup ]; then min=0; fi
+  if [[ ! ${!n} =~ ^[0-9]+$ ]] || [ "${!n}" -lt "$min" ]; then
+    echo "--$n must be an integer >= $min, got '${!n}'" >&2
+    exit 2
+  fi
+done
+need_mtc_train "$mtc_train"
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+common=(--model "$model" --batch "$batch" --iterations "$iterations" --warmup "$warmup"
+        --threads "$threads" --seed "$seed" --data synthetic)
+[ -z "$memory" ] || common+=(--memory "$memory")
+common+=("${extra[@]}")
+export OMP_NUM_THREADS=$threads
+
+# measure NAME FLAGS...: runs mtc-train --repeat times with FLAGS; prints the summary line
+# of the fastest run, or OOM or FAIL when a run failed, saying why on stderr.
+measure() {
+  local name=$1; shift
+  local best="" line rc i kind log=$logs/$name.log
+  for ((i = 1; i <= repeat; i++)); do
+    echo "running $name ($i/$repeat): $mtc_train ${common[*]} $*" >&2
+    rc=0
+    run_logged "$log" "$mtc_train" "${common[@]}" "$@" || rc=$?
+    if [ "$rc" != 0 ]; then
+      kind=$(failure_kind "$rc" "$log")
+      if [ "$kind" = OOM ]; then
+        echo "  $name: OOM: $(tail -n 1 "$log")" >&2
+      else
+        show_tail "  $name failed (exit $rc)" "$log"
+      fi
+      echo "$kind"
+      return
+    fi
+    if ! line=$(summary_line "$log"); then
+      show_tail "  $name printed no 'summary ...' line" "$log"
+      echo FAIL
+      return
+    fi
+    if [ -z "$best" ] || awk -v a="$(field "$line" sec_per_iter)" -v b="$(field "$best" sec_per_iter)" \
+         'BEGIN { exit !(a < b) }'; then
+      best=$line
+    fi
+  done
+  echo "$best"
+}
+
+base=$(measure unlimited --evict_policy=none)
+case "$base" in
+  summary*) ;;
+  *) echo "the unlimited run (--evict_policy=none) failed: nothing to compare against" >&2; exit 2 ;;
+esac
+base_sec=$(field "$base" sec_per_iter)
+peak=$(field "$base" peak_compute_bytes)
+if [ -z "$base_sec" ] || [ -z "$peak" ]; then
+  echo "the unlimited run's summary line lacks sec_per_iter or peak_compute_bytes: $base" >&2
+  exit 2
+fi
+
+pcts=(80 50 35 25)
+policies=(mtc dtr)
+declare -A result  # [pct:policy] -> summary line, OOM or FAIL
+for pct in "${pcts[@]}"; do
+  for policy in "${policies[@]}"; do
+    result[$pct:$policy]=$(measure "$policy-$pct" --budget="$((peak * pct / 100))B" --evict_policy="$policy")
+  done
+done
+
+# cells LINE: sec/iter, overhead, evictions, recomputes and search % of the iteration
+# time for one run, or its failure and dashes.
+cells() {
+  case "$1" in
+    summary*)
+      awk -v s="$(field "$1" sec_per_iter)" -v b="$base_sec" -v n="$iterations" \
+          -v d="$(field "$1" evict_drop)" -v w="$(field "$1" evict_swap)" \
+          -v r="$(field "$1" recomputes)" -v q="$(field "$1" search_sec)" \
+          'BEGIN { printf "%9.4f %8.3f %10d %10d %8.2f", s, s / b, d + w, r, 100 * q / (s * n) }' ;;
+    *) printf '%9s %8s %10s %10s %8s' "$1" - - - - ;;
+  esac
+}
+header=$(printf '%9s %8s %10s %10s %8s' s/iter overhead evictions recomputes search%)
+echo
+echo "$model, batch $batch, $threads threads, $iterations iterations after $warmup warm-up;" \
+     "unlimited: $base_sec s/iter, peak_compute_bytes P = $peak"
+printf '%-7s %12s | %-49s | %s\n' "" "" "mtc" "dtr"
+printf '%-7s %12s | %s | %s\n' "budget" "bytes" "$header" "$header"
+printf '%-7s %12s | %s | %s\n' "none" "$peak" "$(cells "$base")" "(the unlimited run, --evict_policy=none)"
+for pct in "${pcts[@]}"; do
+  printf '%-7s %12s | %s | %s\n' "$pct%" "$((peak * pct / 100))" \
+    "$(cells "${result[$pct:mtc]}")" "$(cells "${result[$pct:dtr]}")"
+done
+echo "(overhead: sec/iter / unlimited sec/iter; evictions: evict_drop + evict_swap;" \
+     "search%: search_sec / ($iterations x sec/iter); totals over the timed iterations)"
+echo
+
+ok=1
+# verdict NAME VALUE PASS?: one line per target.
+verdict() {
+  local v=FAIL
+  if [ "$3" = 1 ]; then v=PASS; else ok=0; fi
+  echo "$1: $2 $v"
+}
+
+# 1. mtc's overhead at 35%.
+line=${result[35:mtc]}
+if [[ $line == summary* ]]; then
+  r=$(awk -v s="$(field "$line" sec_per_iter)" -v b="$base_sec" 'BEGIN { printf "%.3f", s / b }')
+  verdict "mtc overhead at 35% (target <= $target_overhead)" "$r" \
+    "$(awk -v r="$r" -v t="$target_overhead" 'BEGIN { print (r <= t) }')"
+else
+  verdict "mtc overhead at 35% (target <= $target_overhead)" "$line" 0
+fi
+
+# 2. mtc against dtr at every budget: mtc's time at most dtr's x (1 + noise). A budget
+# where dtr failed and mtc ran counts for mtc; one where mtc failed and dtr ran, against.
+worst="" pass=1
+for pct in "${pcts[@]}"; do
+  m=${result[$pct:mtc]} d=${result[$pct:dtr]}
+  if [[ $m == summary* && $d == summary* ]]; then
+    r=$(awk -v m="$(field "$m" sec_per_iter)" -v d="$(field "$d" sec_per_iter)" 'BEGIN { printf "%.3f", m / d }')
+    worst+=" $pct%:$r"
+    awk -v r="$r" -v n="$noise" 'BEGIN { exit !(r <= 1 + n) }' || pass=0
+  elif [[ $m == summary* ]]; then
+    worst+=" $pct%:dtr-$d"
+  elif [[ $d == summary* ]]; then
+    worst+=" $pct%:mtc-$m"; pass=0
+  else
+    worst+=" $pct%:both-failed"
+  fi
+done
+verdict "mtc no worse than dtr at every budget (mtc/dtr sec/iter <= 1+$noise, $noise for noise)" \
+  "${worst# }" "$pass"
+
+# 3. mtc's search time at 25%.
+line=${result[25:mtc]}
+if [[ $line == summary* ]]; then
+  q=$(awk -v s="$(field "$line" sec_per_iter)" -v n="$iterations" -v q="$(field "$line" search_sec)" \
+        'BEGIN { printf "%.2f", 100 * q / (s * n) }')
+  verdict "mtc search time at 25%, % of iteration time (target < $target_search)" "$q%" \
+    "$(awk -v q="$q" -v t="$target_search" 'BEGIN { print (q < t) }')"
+else
+  verdict "mtc search time at 25%, % of iteration time (target < $target_search)" "$line" 0
+fi
+
+if [ "$ok" = 1 ]; then echo "all targets: PASS"; exit 0; fi
+echo "some target: FAIL"
+exit 1

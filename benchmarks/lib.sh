@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# Shell functions the benchmark scripts share; source it (". benchmarks/lib.sh"). It
+# defines functions only and changes no option or variable of the script that sources it.
+
+# run_logged LOG CMD...: runs CMD with its stdout and stderr in LOG; returns CMD's status.
+run_logged() {
+  local log=$1; shift
+  "$@" >"$log" 2>&1
+}
+
+# summary_line LOG: prints the last line of LOG that starts with 'summary ' (the line
+# docs/metrics.md defines); status 1 when there is none.
+summary_line() {
+  local line
+  line=$(grep '^summary ' "$1" | tail -n 1 || true)
+  [ -n "$line" ] || return 1
+  echo "$line"
+}
+
+# field LINE KEY: the value of KEY=value in a summary line (empty when KEY is absent).
+field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
+
+# show_tail WHAT LOG: "WHAT; the end of its output:" and LOG's last 20 lines, on stderr.
+show_tail() {
+  echo "$1; the end of its output:" >&2
+  tail -n 20 "$2" >&2
+}
+
+# failure_kind STATUS LOG: OOM when a run that exited with STATUS (non-zero) ran out of
+# device memory (mtc-train's status 2 with a memory message), else FAIL.
+failure_kind() {
+  if [ "$1" = 2 ] && grep -qiE 'out of memory|cannot allocate|--memory' "$2"; then
+    echo OOM
+  else
+    echo FAIL
+  fi
+}
+
+# need_mtc_train PATH: exits 2 with a hint when PATH is not an executable mtc-train.
+need_mtc_train() {
+  if [ ! -x "$1" ]; then
+    echo "no mtc-train at $1: build it (scripts/run.sh, or ninja -C build mtc-train) or pass its path" >&2
+    exit 2
+  fi
+}
