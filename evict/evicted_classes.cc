@@ -7,9 +7,14 @@ namespace mtc::evict {
 
 void EvictedClasses::add(uint64_t t, double compute_us) {
   auto [it, fresh] = nodes_.try_emplace(t, Node{t, compute_us, compute_us});
-  if (fresh) return;
+  if (fresh) {
+    ++active_;
+    return;
+  }
   // Dropped again after a restore: it rejoins its old class with its new cost.
   Node& n = it->second;
+  if (n.active) return;
+  ++active_;
   n.active = true;
   n.own_us = compute_us;
   nodes_[root(t)].class_us += compute_us;
@@ -39,6 +44,7 @@ void EvictedClasses::restore(uint64_t t) {
   auto it = nodes_.find(t);
   if (it == nodes_.end() || !it->second.active) return;
   it->second.active = false;
+  --active_;
   nodes_[root(t)].class_us -= it->second.own_us;
 }
 

@@ -3,6 +3,9 @@
 // is the sum of its members' compute times: recomputing any member may have to
 // recompute its neighbours, so that sum is its evicted neighbourhood's cost. Like DTR, a
 // class is never split when a member comes back; the member's cost is only subtracted.
+// Restored members still join their class, so the owner rebuilds the structure from the
+// dropped tensors (clear, add, unite) once restored nodes outnumber dropped ones; else
+// classes chained through long-gone tensors grow to span the whole program.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,12 @@ class EvictedClasses {
   // members (microseconds).
   uint64_t root(uint64_t t);
   double class_cost(uint64_t t);
-  size_t size() const { return nodes_.size(); }
+  size_t size() const { return nodes_.size(); }     // nodes, restored ones included
+  size_t active() const { return active_; }         // dropped members
+  void clear() {
+    nodes_.clear();
+    active_ = 0;
+  }
 
  private:
   struct Node {
@@ -37,6 +45,7 @@ class EvictedClasses {
     bool active = true;
   };
   absl::flat_hash_map<uint64_t, Node> nodes_;
+  size_t active_ = 0;
 };
 
 }  // namespace mtc::evict

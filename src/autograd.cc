@@ -21,6 +21,8 @@ namespace {
 thread_local Interpreter* tls_backward_interp = nullptr;
 }  // namespace
 
+bool in_backward() { return tls_backward_interp != nullptr; }
+
 TensorList call(std::shared_ptr<const OpDef> op, std::span<const Tensor> inputs) {
   Interpreter* interp = nullptr;
   for (const Tensor& t : inputs) {
@@ -161,6 +163,8 @@ absl::Status run_backward(const Tensor& root, Tensor grad_root) {
         accumulate(slot[m->output_index], in_grads[i]);
       } else {
         accumulate(m->grad, in_grads[i]);
+        // A leaf's gradient lives in the gradient region, out of DTE's reach.
+        if (!m->grad.poisoned()) m->grad.interpreter()->make_gradient(m->grad);
       }
     }
   }

@@ -37,4 +37,8 @@ inline TensorList call(std::shared_ptr<const OpDef> op, std::initializer_list<Te
 // requires grad, accumulated into the leaves' grad(). grad_root defaults to ones.
 absl::Status run_backward(const Tensor& root, Tensor grad_root = Tensor());
 
+// in_backward: this thread is inside run_backward. Ops it issues make gradients, which DTE
+// never drops (Note [Gradients are not recomputed] in executor.cc).
+bool in_backward();
+
 }  // namespace mtc

@@ -31,10 +31,22 @@ struct ApplyOp {
   IdList inputs;
   IdList outputs;
   absl::InlinedVector<TensorDesc, 2> output_descs;
+  bool recomputable = true;  // false for ops of the backward pass
 };
 // Del: the user dropped the last handle to a tensor.
 struct Del {
   uint64_t id;
+};
+// MakeGradient: tensor `id` is now a parameter's gradient. It moves to the comm/gradient
+// region (m1) when it fits there, is never evicted, and stops being recomputable: its
+// compute path is cut, so the backward graph behind it can be freed.
+struct MakeGradient {
+  uint64_t id;
+};
+// Mark: a program boundary ("iteration", "forward", "backward", "step") for traces.
+struct Mark {
+  std::string label;
+  int64_t index;
 };
 // GetValue: copy a tensor to host memory; completes `done` (synchronising).
 struct GetValue {
@@ -56,7 +68,7 @@ struct Inspect {
 };
 
 struct Command {
-  std::variant<Put, ApplyOp, Del, GetValue, Sync, Inspect> v;
+  std::variant<Put, ApplyOp, Del, MakeGradient, Mark, GetValue, Sync, Inspect> v;
   std::string str() const;  // "ApplyOp conv2d(3,4) -> (5)"
 };
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mtc/status.h"
+#include "trace/trace_writer.h"
 
 namespace mtc {
 namespace {
@@ -45,15 +46,27 @@ class ScratchContext final : public KernelContext {
 
 }  // namespace
 
-Executor::Executor(Device& device, const EvictOptions& evict)
-    : device_(device), opts_(evict), cost_(evict) {
-  if (opts_.policy != EvictPolicy::kNone && !opts_.reproducible) measure_bandwidth();
-  if (opts_.reproducible) bytes_per_us_ = 1e4;  // 10 GB/s
+Executor::Executor(Device& device, ExecutorOptions o)
+    : device_(device), opts_(o.evict), trace_(std::move(o.trace)), simulate_(o.simulate), cost_(o.evict) {
+  if (o.bytes_per_us > 0) {
+    bytes_per_us_ = o.bytes_per_us;
+  } else if (opts_.reproducible || simulate_) {
+    bytes_per_us_ = 1e4;  // 10 GB/s
+  } else if (opts_.policy != EvictPolicy::kNone || trace_) {
+    measure_bandwidth();
+  }
+  if (trace_) {
+    trace_->header(TraceHeader{device_type_name(device_.type()), device_.compute_region().capacity(),
+                               device_.comm_region().capacity(), opts_.budget_bytes, bytes_per_us_});
+  }
 }
 
 Executor::~Executor() {
+  if (trace_) trace_->close().IgnoreError();  // close_trace reports; this only tidies up
   for (auto& [id, r] : records_) release_storage(r);
 }
+
+absl::Status Executor::close_trace() { return trace_ ? trace_->close() : absl::OkStatus(); }
 
 size_t Executor::budget() const {
   const size_t cap = device_.compute_region().capacity();
@@ -85,15 +98,17 @@ void Executor::set_resident(TensorRecord& r, alloc::Block b) {
 
 void Executor::release_storage(TensorRecord& r) {
   remove_candidate(r);
-  if (r.state == StorageState::kResident) device_.compute_region().free(r.block);
-  r.host.reset();
+  if (r.state == StorageState::kResident) (r.in_comm ? device_.comm_region() : device_.compute_region()).free(r.block);
+  r.in_comm = false;
+  if (r.state == StorageState::kSwapped) swapped_now_ -= r.desc.bytes();
+  if (r.host) give_host_buffer(r.desc.bytes(), std::move(r.host));
   if (r.state == StorageState::kResident || r.state == StorageState::kSwapped) r.state = StorageState::kDropped;
 }
 
 // droppable: r can be regenerated from its compute path: it has one, and every input of
 // it is still at the version the path read.
 bool Executor::droppable(const TensorRecord& r) const {
-  if (r.persistent || !r.producer) return false;
+  if (r.persistent || !r.producer || !r.recomputable) return false;
   const ComputePath& p = *r.producer;
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     auto it = records_.find(p.inputs[i]);
@@ -105,7 +120,37 @@ bool Executor::droppable(const TensorRecord& r) const {
   return true;
 }
 
+void Executor::rebuild_classes() {
+  classes_.clear();
+  for (auto& [id, r] : records_) {
+    if (r.state == StorageState::kDropped && r.producer) classes_.add(id, r.producer->compute_us);
+  }
+  for (auto& [id, r] : records_) {
+    if (!classes_.contains(id)) continue;
+    for (uint64_t n : r.producer->inputs) {
+      if (classes_.contains(n)) classes_.unite(id, n);
+    }
+  }
+}
+
+// Note [Fake delete]
+// A released tensor that is still a recompute source is dropped at once only while every
+// tensor computed from it is resident (or swapped): then it costs nothing unless one of
+// those is evicted later, and the eviction cost sees it in their evicted neighbourhood.
+// If one of them is already dropped, freeing the source now would stretch that tensor's
+// recompute chain behind the cost model's back (in backward, down the whole gradient
+// chain to the loss). So it stays resident, without a handle, as an ordinary candidate
+// whose cost counts its own dropped neighbourhood, until it is evicted or nothing needs it.
+bool Executor::feeds_dropped(const TensorRecord& r) const {
+  for (uint64_t u : r.users) {
+    auto it = records_.find(u);
+    if (it != records_.end() && it->second.state == StorageState::kDropped) return true;
+  }
+  return false;
+}
+
 void Executor::drop(TensorRecord& r) {
+  if (classes_.size() > 2 * classes_.active() + 4096) rebuild_classes();
   release_storage(r);
   r.state = StorageState::kDropped;
   // Join the evicted neighbourhood: dropped inputs and dropped users.
@@ -121,16 +166,45 @@ void Executor::drop(TensorRecord& r) {
 absl::Status Executor::swap_out(TensorRecord& r) {
   const auto t0 = Clock::now();
   const size_t bytes = r.desc.bytes();
-  auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
-  MTC_RETURN_IF_ERROR(device_.copy_to_host(host.get(), device_.compute_ptr(r.block), bytes));
+  if (simulate_) {
+    stats_.swap_us += static_cast<double>(bytes) / bytes_per_us_;
+  } else {
+    std::unique_ptr<std::byte[]> host = take_host_buffer(bytes);
+    if (absl::Status st = device_.copy_to_host(host.get(), data(r), bytes); !st.ok()) {
+      give_host_buffer(bytes, std::move(host));
+      return st;
+    }
+    r.host = std::move(host);
+    stats_.swap_us += us_since(t0);
+  }
   remove_candidate(r);
   device_.compute_region().free(r.block);
-  r.host = std::move(host);
   r.state = StorageState::kSwapped;
   ++stats_.evict_swap;
   stats_.swapped_out_bytes += bytes;
-  stats_.swap_us += us_since(t0);
+  swapped_now_ += bytes;
+  swapped_high_ = std::max(swapped_high_, swapped_now_);
   return absl::OkStatus();
+}
+
+// Host buffers for swapped tensors are kept for reuse: a fresh one costs a page fault
+// per page on first touch, which on the CPU is slower than the copy itself.
+std::unique_ptr<std::byte[]> Executor::take_host_buffer(size_t bytes) {
+  auto it = host_pool_.find(bytes);
+  if (it == host_pool_.end()) return std::make_unique_for_overwrite<std::byte[]>(bytes);
+  std::unique_ptr<std::byte[]> b = std::move(it->second);
+  host_pool_.erase(it);
+  host_pool_bytes_ -= bytes;
+  return b;
+}
+
+void Executor::give_host_buffer(size_t bytes, std::unique_ptr<std::byte[]> b) {
+  if (!b) return;
+  // Keep at most as much as has been swapped out at once, and no more than 4 GiB.
+  const size_t cap = std::min<size_t>(size_t{4} << 30, swapped_high_);
+  if (host_pool_bytes_ + bytes > cap) return;
+  host_pool_bytes_ += bytes;
+  host_pool_.emplace(bytes, std::move(b));
 }
 
 void Executor::measure_bandwidth() {
@@ -243,11 +317,16 @@ absl::Status Executor::ensure_resident(TensorRecord& r) {
       MTC_ASSIGN_OR_RETURN(alloc::Block b, allocate(r.desc.bytes(), [&] {
         return absl::StrCat("swapping in ", r.desc.str());
       }));
-      const auto t0 = Clock::now();
-      MTC_RETURN_IF_ERROR(device_.copy_to_device(device_.compute_ptr(b), r.host.get(), r.desc.bytes()));
-      stats_.swap_us += us_since(t0);
+      if (simulate_) {
+        stats_.swap_us += static_cast<double>(r.desc.bytes()) / bytes_per_us_;
+      } else {
+        const auto t0 = Clock::now();
+        MTC_RETURN_IF_ERROR(device_.copy_to_device(device_.compute_ptr(b), r.host.get(), r.desc.bytes()));
+        stats_.swap_us += us_since(t0);
+      }
       stats_.swapped_in_bytes += r.desc.bytes();
-      r.host.reset();
+      swapped_now_ -= r.desc.bytes();
+      give_host_buffer(r.desc.bytes(), std::move(r.host));
       set_resident(r, b);
       return absl::OkStatus();
     }
@@ -296,7 +375,7 @@ absl::Status Executor::recompute(TensorRecord& r) {
   Pins pins;
   MTC_RETURN_IF_ERROR(make_resident(ins, pins));
   absl::InlinedVector<TensorView, 4> in_views;
-  for (TensorRecord* in : ins) in_views.push_back(TensorView{device_.compute_ptr(in->block), &in->desc});
+  for (TensorRecord* in : ins) in_views.push_back(TensorView{data(*in), &in->desc});
   // Outputs: dropped records get their storage back; the others (resident, swapped, or
   // gone) are written to temporary blocks that are freed afterwards.
   absl::InlinedVector<TensorView, 2> out_views;
@@ -348,7 +427,8 @@ absl::Status Executor::recompute(TensorRecord& r) {
   // Inputs the user has released were regenerated only for this: drop them again.
   for (uint64_t id : path->inputs) {
     TensorRecord* in = find(id);
-    if (!in->handle_alive && in->pin_count == 1 && in->state == StorageState::kResident && droppable(*in)) {
+    if (!in->handle_alive && in->pin_count == 1 && in->state == StorageState::kResident && droppable(*in) &&
+        !feeds_dropped(*in)) {
       drop(*in);
     }
   }
@@ -363,6 +443,10 @@ absl::Status Executor::run(const ComputePath& path, std::span<const TensorView> 
     return absl::UnimplementedError(absl::StrCat("op ", op.name(), " has no kernel for device ",
                                                  device_type_name(device_.type())));
   }
+  if (simulate_) {
+    *us = std::max(0.0, op.recorded_us());
+    return absl::OkStatus();
+  }
   ScratchContext ctx(*this, op, recomputing);
   const auto t0 = Clock::now();
   absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
@@ -376,13 +460,14 @@ absl::Status Executor::execute(Put& c) {
   MTC_ASSIGN_OR_RETURN(alloc::Block block, allocate(c.desc.bytes(), [&] {
     return absl::StrCat("put ", c.desc.str(), c.persistent ? " (persistent)" : "");
   }));
-  MTC_RETURN_IF_ERROR(device_.copy_to_device(device_.compute_ptr(block), c.data.data(), c.data.size()));
+  if (!simulate_) MTC_RETURN_IF_ERROR(device_.copy_to_device(device_.compute_ptr(block), c.data.data(), c.data.size()));
   TensorRecord& r = records_[c.id];
   r.id = c.id;
   r.desc = std::move(c.desc);
   r.persistent = c.persistent;
   r.last_access = op_clock_;
   set_resident(r, block);
+  if (trace_) trace_->put(r.id, r.desc, r.persistent);
   return absl::OkStatus();
 }
 
@@ -410,7 +495,7 @@ absl::Status Executor::execute(ApplyOp& c) {
   absl::InlinedVector<TensorView, 4> in_views;
   for (TensorRecord* r : ins) {
     r->last_access = op_clock_;
-    in_views.push_back(TensorView{device_.compute_ptr(r->block), &r->desc});
+    in_views.push_back(TensorView{data(*r), &r->desc});
   }
 
   auto path = std::make_shared<ComputePath>();
@@ -450,10 +535,17 @@ absl::Status Executor::execute(ApplyOp& c) {
     free_outputs();
     return absl::Status(s.code(), absl::StrCat(context(), ": ", s.message()));
   }
+  ++stats_.ops;
+  stats_.compute_us += us;
+  if (trace_) trace_->op(op, c.inputs, c.outputs, c.output_descs, us, mutated);
   // In-place mutation: the mutated inputs move to a new version; the path records the
   // new one (the op's outputs do not depend on the old values; see OpDef::mutates_inputs).
+  // A mutated tensor no longer holds what its own compute path made.
   for (size_t i = 0; i < ins.size(); ++i) {
-    if ((mutated >> i) & 1) path->input_versions[i] = ++ins[i]->version;
+    if ((mutated >> i) & 1) {
+      path->input_versions[i] = ++ins[i]->version;
+      cut_producer(*ins[i]);
+    }
   }
   path->outputs = c.outputs;
   path->compute_us = us;
@@ -467,10 +559,20 @@ absl::Status Executor::execute(ApplyOp& c) {
     r.id = c.outputs[i];
     r.desc = std::move(c.output_descs[i]);
     r.producer = path;
+    r.recomputable = c.recomputable;
     r.last_access = op_clock_;
     set_resident(r, out_blocks[i]);
   }
-  for (TensorRecord* r : ins) r->users.insert(r->users.end(), c.outputs.begin(), c.outputs.end());
+  // Note [Gradients are not recomputed]
+  // Tensors made by the backward pass are never dropped, only swapped. Regenerating a
+  // gradient means rerunning the backward from the loss down to it, a chain no local cost
+  // estimate bounds, and the backward's live set is small: the bulk of memory is the
+  // forward activations it reads, which stay recomputable. Such tensors therefore need no
+  // recompute sources and are not recorded as users of their inputs, so a gradient
+  // released after use is freed at once.
+  if (c.recomputable) {
+    for (TensorRecord* r : ins) r->users.insert(r->users.end(), c.outputs.begin(), c.outputs.end());
+  }
   return absl::OkStatus();
 }
 
@@ -487,7 +589,7 @@ absl::Status Executor::snapshot_before_mutation(TensorRecord& x) {
   MTC_ASSIGN_OR_RETURN(alloc::Block b, allocate(x.desc.bytes(), [&] {
     return absl::StrCat("snapshot of ", x.desc.str(), " before an in-place update");
   }));
-  MTC_RETURN_IF_ERROR(device_.copy_on_device(device_.compute_ptr(b), device_.compute_ptr(x.block), x.desc.bytes()));
+  if (!simulate_) MTC_RETURN_IF_ERROR(device_.copy_on_device(device_.compute_ptr(b), data(x), x.desc.bytes()));
   const uint64_t snap_id = kSnapshotIdBase + next_snapshot_++;
   TensorRecord& s = records_[snap_id];
   s.id = snap_id;
@@ -534,15 +636,59 @@ void Executor::erase_record(uint64_t id) {
   }
 }
 
+void Executor::cut_producer(TensorRecord& r) {
+  if (!r.producer) return;
+  const std::shared_ptr<ComputePath> path = std::move(r.producer);
+  r.producer = nullptr;
+  for (uint64_t in : path->inputs) {
+    TensorRecord* src = find(in);
+    if (src == nullptr) continue;
+    auto& u = src->users;
+    if (auto pos = std::find(u.begin(), u.end(), r.id); pos != u.end()) {
+      *pos = u.back();
+      u.pop_back();
+    }
+    if (!src->handle_alive && src->users.empty() && src->pin_count == 0) erase_record(in);
+  }
+}
+
+absl::Status Executor::execute(MakeGradient& c) {
+  TensorRecord* r = find(c.id);
+  if (r == nullptr || r->state == StorageState::kMissing) return absl::OkStatus();  // its op failed
+  if (trace_) trace_->gradient(c.id);
+  MTC_RETURN_IF_ERROR(ensure_resident(*r));
+  remove_candidate(*r);
+  r->persistent = true;
+  if (!r->in_comm) {
+    // To the comm/gradient region when it fits; else it stays, unevictable, in m2.
+    if (auto b = device_.comm_region().allocate(r->block.size); b.ok()) {
+      if (!simulate_) {
+        MTC_RETURN_IF_ERROR(device_.copy_on_device(device_.comm_ptr(*b), device_.compute_ptr(r->block), r->desc.bytes()));
+      }
+      device_.compute_region().free(r->block);
+      r->block = *b;
+      r->in_comm = true;
+    }
+  }
+  cut_producer(*r);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::execute(Mark& c) {
+  if (trace_) trace_->mark(c.label, c.index);
+  return absl::OkStatus();
+}
+
 absl::Status Executor::execute(Del& c) {
   TensorRecord* r = find(c.id);
   if (r == nullptr) return absl::OkStatus();  // its op failed: nothing was made
+  if (trace_) trace_->release(c.id);
   r->handle_alive = false;
   if (r->users.empty()) {
     erase_record(c.id);
-  } else if (r->state == StorageState::kResident && droppable(*r)) {
+  } else if (r->state == StorageState::kResident && droppable(*r) && !feeds_dropped(*r)) {
     // Still a recompute source for tensors computed from it ("fake delete"): keep the
-    // record, free the storage.
+    // record, free the storage. Note [Fake delete]
     drop(*r);
   }
   return absl::OkStatus();
@@ -553,9 +699,11 @@ absl::Status Executor::execute(GetValue& c) {
   if (r == nullptr || r->state == StorageState::kMissing) {
     return absl::FailedPreconditionError("get_value: the tensor was never produced (an earlier op failed)");
   }
+  if (trace_) trace_->read(c.id);
   MTC_RETURN_IF_ERROR(ensure_resident(*r));
   MTC_CHECK(c.bytes == r->desc.bytes(), "get_value size mismatch");
-  return device_.copy_to_host(c.dst, device_.compute_ptr(r->block), c.bytes);
+  if (simulate_) return absl::OkStatus();
+  return device_.copy_to_host(c.dst, data(*r), c.bytes);
 }
 
 }  // namespace mtc

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,6 +25,17 @@
 #include "tensor_record.h"
 
 namespace mtc {
+
+class TraceWriter;
+
+struct ExecutorOptions {
+  EvictOptions evict;
+  std::shared_ptr<TraceWriter> trace;  // records the op stream when set
+  // simulate: replay (mtc-replay): no kernel runs and no byte moves; an op costs its
+  // OpDef::recorded_us and a swap bytes / bytes_per_us. The device is a virtual one.
+  bool simulate = false;
+  double bytes_per_us = 0;  // gamma to use instead of measuring it (0: measure)
+};
 
 // Pins: pins records for the life of an op's run, unpinning on every path out.
 class Pins {
@@ -41,13 +53,17 @@ class Pins {
 
 class Executor {
  public:
-  Executor(Device& device, const EvictOptions& evict);
+  Executor(Device& device, ExecutorOptions opts);
   ~Executor();
 
   absl::Status execute(Put& c);
   absl::Status execute(ApplyOp& c);
   absl::Status execute(Del& c);
+  absl::Status execute(MakeGradient& c);
+  absl::Status execute(Mark& c);
   absl::Status execute(GetValue& c);
+  // close_trace: finishes the trace file, if one is being written.
+  absl::Status close_trace();
 
   Device& device() { return device_; }
   const absl::node_hash_map<uint64_t, TensorRecord>& records() const { return records_; }
@@ -70,14 +86,24 @@ class Executor {
   bool evict_one();
   bool droppable(const TensorRecord& r) const;
   void drop(TensorRecord& r);
+  bool feeds_dropped(const TensorRecord& r) const;  // Note [Fake delete]
+  void rebuild_classes();
   absl::Status swap_out(TensorRecord& r);
   void set_resident(TensorRecord& r, alloc::Block b);
   void release_storage(TensorRecord& r);
   void add_candidate(TensorRecord& r);
   void remove_candidate(TensorRecord& r);
   void erase_record(uint64_t id);  // and, in cascade, inputs nothing needs any more
+  // cut_producer: r stops being recomputable (it became a gradient, or was mutated in
+  // place); its sources lose it as a user and are erased if nothing else needs them.
+  void cut_producer(TensorRecord& r);
+  std::byte* data(const TensorRecord& r) const {
+    return r.in_comm ? device_.comm_ptr(r.block) : device_.compute_ptr(r.block);
+  }
   absl::Status snapshot_before_mutation(TensorRecord& x);  // Note [Copy on mutate]
   void measure_bandwidth();
+  std::unique_ptr<std::byte[]> take_host_buffer(size_t bytes);
+  void give_host_buffer(size_t bytes, std::unique_ptr<std::byte[]> b);
   TensorRecord* find(uint64_t id) {
     auto it = records_.find(id);
     return it == records_.end() ? nullptr : &it->second;
@@ -85,6 +111,8 @@ class Executor {
 
   Device& device_;
   EvictOptions opts_;
+  std::shared_ptr<TraceWriter> trace_;
+  bool simulate_;
   evict::EvictionCost cost_;
   evict::EvictedClasses classes_;
   absl::node_hash_map<uint64_t, TensorRecord> records_;
@@ -95,6 +123,9 @@ class Executor {
   static constexpr uint64_t kSnapshotIdBase = uint64_t{1} << 62;  // above any handle's id
   uint64_t next_snapshot_ = 0;
   EvictStats stats_;
+  std::multimap<size_t, std::unique_ptr<std::byte[]>> host_pool_;  // Note in take_host_buffer
+  size_t host_pool_bytes_ = 0;
+  size_t swapped_now_ = 0, swapped_high_ = 0;  // bytes swapped out at present, at most
 };
 
 }  // namespace mtc

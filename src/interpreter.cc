@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 
+#include "autograd.h"
 #include "commands.h"
 #include "device.h"
 #include "executor.h"
@@ -23,7 +24,9 @@ std::shared_ptr<Interpreter> Interpreter::create(std::shared_ptr<Device> device,
 }
 
 Interpreter::Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts)
-    : device_(std::move(device)), executor_(std::make_unique<Executor>(*device_, opts.evict)),
+    : tracing_(opts.trace != nullptr),
+      device_(std::move(device)),
+      executor_(std::make_unique<Executor>(*device_, ExecutorOptions{opts.evict, opts.trace})),
       queue_(new std::deque<Command>()) {
   const char* env = std::getenv("MTC_INTERP_SYNC");
   synchronous_ = opts.synchronous || (env != nullptr && std::strcmp(env, "0") != 0 && *env != '\0');
@@ -171,11 +174,29 @@ TensorList Interpreter::apply(std::shared_ptr<const OpDef> op, std::span<const T
     cmd.output_descs.push_back(std::move(d));
   }
   cmd.op = std::move(op);
+  cmd.recomputable = !in_backward();
   enqueue(Command{std::move(cmd)});
   return outs;
 }
 
 void Interpreter::del(uint64_t id) { enqueue(Command{Del{id}}); }
+
+void Interpreter::make_gradient(const Tensor& t) {
+  if (t.defined() && !t.poisoned()) enqueue(Command{MakeGradient{t.id()}});
+}
+
+void Interpreter::mark(const char* label, int64_t index) {
+  if (tracing_) enqueue(Command{Mark{label, index}});
+}
+
+absl::Status Interpreter::close_trace() {
+  absl::Status result;
+  std::promise<absl::Status> done;
+  auto f = done.get_future();
+  enqueue(Command{Inspect{[&result](Executor& ex) { result = ex.close_trace(); }, &done}});
+  MTC_RETURN_IF_ERROR(f.get());
+  return result;
+}
 
 absl::Status Interpreter::get_value(const Tensor& t, void* dst, size_t bytes) {
   if (bytes != t.desc().bytes()) {

@@ -120,6 +120,9 @@ class OpDef {
   virtual uint64_t mutates_inputs() const { return 0; }
   // attrs: the op's attributes for messages and traces, e.g. "stride=1 padding=1".
   virtual std::string attrs() const { return ""; }
+  // recorded_us: for an op replayed from a trace (mtc-replay), the time it took when the
+  // trace was recorded; a simulating executor charges it instead of running a kernel.
+  virtual double recorded_us() const { return -1; }
 };
 
 // MTC_OP_SCHEMA("name"): declares an op type's schema inside its class.

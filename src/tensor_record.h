@@ -37,10 +37,12 @@ struct TensorRecord {
   TensorDesc desc;
   StorageState state = StorageState::kMissing;
   alloc::Block block;                     // valid when kResident
+  bool in_comm = false;                   // block is in the comm/gradient region (m1)
   std::unique_ptr<std::byte[]> host;      // valid when kSwapped
   std::shared_ptr<ComputePath> producer;  // null for Put tensors
   std::vector<uint64_t> users;            // live tensors computed from it (DTE's graph)
   bool persistent = false;                // parameters and optimizer state: never evicted
+  bool recomputable = true;               // may be dropped (false: made by the backward pass)
   bool handle_alive = true;               // a user handle still names it
   uint32_t pin_count = 0;                 // > 0 while an op being run needs it resident
   uint32_t version = 0;                   // bumped by each in-place mutation

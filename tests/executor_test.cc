@@ -20,7 +20,7 @@ class ExecutorTest : public ::testing::Test {
     auto d = make_device(o);
     ASSERT_TRUE(d.ok()) << d.status();
     device_ = *d;
-    ex_ = std::make_unique<Executor>(*device_, EvictOptions{});
+    ex_ = std::make_unique<Executor>(*device_, ExecutorOptions{});
   }
   void put(uint64_t id, Shape s, float v) {
     TensorDesc d{s, DType::kF32};

@@ -42,6 +42,12 @@ size_t compute_allocated(Runtime& rt) {
   return m.ok() ? m->compute.allocated : 0;
 }
 
+size_t comm_allocated(Runtime& rt) {
+  absl::StatusOr<MemoryStats> m = rt.interpreter().memory_stats();
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? m->comm.allocated : 0;
+}
+
 std::vector<float> values(const Tensor& t) {
   absl::StatusOr<std::vector<float>> v = t.to_vector();
   EXPECT_TRUE(v.ok()) << v.status();
@@ -216,7 +222,7 @@ TEST_P(ModeTest, DelFreesStorage) {
   EXPECT_EQ(compute_allocated(*rt), baseline);
 
   // Autograd history holds saved tensors until backward releases them; the gradient
-  // lives until the user clears it.
+  // lives, in the comm/gradient region, until the user clears it.
   Tensor x = ones({1000});
   x.set_requires_grad(true);
   const size_t with_x = compute_allocated(*rt);
@@ -226,9 +232,11 @@ TEST_P(ModeTest, DelFreesStorage) {
     ASSERT_TRUE(loss.backward().ok());
   }
   EXPECT_EQ(values(x.grad()), std::vector<float>(1000, 2.0f));
-  EXPECT_EQ(compute_allocated(*rt), with_x + 4096) << "only x and its gradient remain";
+  EXPECT_EQ(compute_allocated(*rt), with_x) << "only x remains in the compute region";
+  EXPECT_EQ(comm_allocated(*rt), 4096u) << "x's gradient is in the gradient region";
   x.set_grad(Tensor());
   EXPECT_EQ(compute_allocated(*rt), with_x);
+  EXPECT_EQ(comm_allocated(*rt), 0u);
   x = Tensor();
   EXPECT_EQ(compute_allocated(*rt), baseline);
 }

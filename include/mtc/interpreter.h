@@ -30,14 +30,19 @@ class Device;
 struct Command;
 class Executor;
 
+class TraceWriter;
+
 struct InterpreterOptions {
   bool synchronous = false;  // execute on the calling thread (MTC_INTERP_SYNC=1 forces it)
   EvictOptions evict;        // DTE: budget and policy
+  std::shared_ptr<TraceWriter> trace;  // records the op stream (mtc-train --record-trace)
 };
 
 // EvictStats: what DTE has done since the interpreter started (totals; subtract two
 // readings for one iteration's figures). Times in microseconds, sizes in bytes.
 struct EvictStats {
+  uint64_t ops = 0;              // ops run for the program (not recomputes)
+  double compute_us = 0;         // time in those runs
   uint64_t evict_drop = 0;       // tensors dropped (to be recomputed)
   uint64_t evict_swap = 0;       // tensors swapped out to host memory
   uint64_t recomputes = 0;       // op runs that regenerated dropped tensors
@@ -72,6 +77,14 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
   // apply: enqueues op on inputs and returns its outputs. A shape error is kept (and the
   // outputs are poisoned) until the next synchronising call reports it.
   TensorList apply(std::shared_ptr<const OpDef> op, std::span<const Tensor> inputs);
+  // make_gradient: t is a parameter's gradient from now on: it moves to the comm/gradient
+  // region when it fits, is never evicted, and the graph it was computed from may go.
+  void make_gradient(const Tensor& t);
+  // mark: a program boundary for the trace ("iteration", "forward", "backward", "step").
+  // Free when no trace is being recorded.
+  void mark(const char* label, int64_t index = 0);
+  // close_trace: finishes the trace file (renames FILE.partial to FILE); OK without one.
+  absl::Status close_trace();
   // get_value: copies a tensor to host memory (bytes must equal its size). Synchronises.
   absl::Status get_value(const Tensor& t, void* dst, size_t bytes);
   // sync: waits until every command issued so far has run; returns (and clears) the first
@@ -89,11 +102,13 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
   void del(uint64_t id);
 
   Device& device() { return *device_; }
+  bool tracing() const { return tracing_; }
   bool synchronous() const { return synchronous_; }
   uint64_t commands_executed() const { return executed_.load(std::memory_order_relaxed); }
 
  private:
   Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts);
+  bool tracing_ = false;
   void enqueue(Command&& c);
   void worker_loop();
   Tensor make_handle(TensorDesc d);
