@@ -39,7 +39,7 @@ bool AbslParseFlag(absl::string_view text, FlagText* f, std::string*) {
 std::string AbslUnparseFlag(const FlagText& f) { return f.text; }
 
 ABSL_FLAG(std::string, model, "resnet20",
-          "model: resnet20|resnet32|resnet44|resnet56|resnet110|resnet1202|resnet50|mlp");
+          "model: resnet20|resnet32|resnet44|resnet56|resnet110|resnet1202|resnet50|mlp|vit_tiny");
 ABSL_FLAG(FlagText, batch, {"64"}, "samples per iteration (>= 1)");
 ABSL_FLAG(FlagText, iterations, {"50"}, "timed training iterations, after the --warmup ones (>= 1)");
 ABSL_FLAG(FlagText, lr, {"0.1"}, "learning rate (>= 0)");

@@ -1,7 +1,9 @@
 // Models for training and benchmarks: the CIFAR ResNets of He et al. (6n+2 layers, with
-// projection shortcuts, "option B"), torchvision's ImageNet ResNet-50, and an MLP.
+// projection shortcuts, "option B"), torchvision's ImageNet ResNet-50, an MLP, and a small
+// Vision Transformer (vit_tiny).
 // make_model builds one by name on the current runtime; train_step runs one iteration. Parameter names follow
-// torchvision ("conv1.weight", "layer1.0.bn2.running_var", "layer2.0.downsample.0.weight", "fc.bias").
+// torchvision ("conv1.weight", "layer1.0.bn2.running_var", "layer2.0.downsample.0.weight", "fc.bias"),
+// and timm for the ViT.
 #pragma once
 
 #include <memory>
@@ -88,10 +90,43 @@ class Mlp final : public nn::Module {
   std::shared_ptr<nn::Sequential> layers_;
 };
 
+// VisionTransformerConfig: a ViT for small images; vit_tiny is the defaults.
+struct VisionTransformerConfig {
+  int image_size = 32;  // square input, a multiple of patch
+  int patch = 4;        // patch side: (image_size / patch)^2 tokens
+  int64_t dim = 128;    // token width D
+  int depth = 4;        // encoder blocks L
+  int heads = 4;        // attention heads H (dim % heads == 0)
+  int mlp_ratio = 4;    // MLP hidden width mlp_ratio * D
+  int num_classes = 10;
+};
+
+// VisionTransformer: patch embedding by a conv with kernel = stride = patch (3 -> D, with
+// bias), plus a learned positional embedding (1, T, D) ~ N(0, 0.02^2); `depth` pre-norm
+// TransformerBlocks; a final LayerNorm; the mean over the T tokens; Linear(D, classes).
+// No class token, no dropout. Input (N, 3, image_size, image_size). Parameter names in
+// timm's style ("pos_embed", "blocks.0.norm1.weight", "blocks.0.attn.qkv.weight",
+// "blocks.0.mlp.fc1.weight", "norm.bias", "head.weight"), except that the patch conv is
+// "patch_embed.weight" where timm has "patch_embed.proj.weight".
+class VisionTransformer final : public nn::Module {
+ public:
+  explicit VisionTransformer(const VisionTransformerConfig& c);
+  Tensor forward(const Tensor& x) override;  // -> (N, num_classes)
+  std::string type_name() const override { return "VisionTransformer"; }
+  VisionTransformerConfig config;
+
+ private:
+  std::shared_ptr<nn::Conv2d> patch_embed_;
+  Tensor pos_embed_;
+  std::shared_ptr<nn::Sequential> blocks_;
+  std::shared_ptr<nn::LayerNorm> norm_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
 struct ModelOptions {
   int num_classes = 10;
   // image_size: the input's height and width; 0 picks the model's own (32 for the CIFAR
-  // ResNets and the MLP, 224 for resnet50).
+  // ResNets, the MLP and vit_tiny, 224 for resnet50).
   int image_size = 0;
   std::vector<int64_t> mlp_hidden = {512, 512};
 };

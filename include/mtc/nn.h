@@ -193,4 +193,52 @@ class Sequential final : public Module {
   std::vector<std::shared_ptr<Module>> layers_;
 };
 
+// ---- transformer layers (src/nn/transformer.cc) ----
+
+// normal_values: n values drawn from N(0, std^2), e.g. std 0.02 for a ViT's positional
+// embedding.
+std::vector<float> normal_values(int64_t n, float std);
+
+// multi_head_self_attention: multi-head self-attention as a function of its weights, so
+// that it can be checked against a reference directly. x (N, T, D); qkv_weight (3D, D)
+// and qkv_bias (3D) or undefined: rows [0, D) make q, [D, 2D) k, [2D, 3D) v, and head h
+// uses columns [h*d, (h+1)*d) of each, d = D / heads; proj_weight (D, D), proj_bias (D)
+// or undefined. Per head softmax(q k^T / sqrt(d)) v, the heads concatenated, then the
+// output projection: -> (N, T, D). No mask, no dropout.
+Tensor multi_head_self_attention(const Tensor& x, const Tensor& qkv_weight, const Tensor& qkv_bias,
+                                 const Tensor& proj_weight, const Tensor& proj_bias, int heads);
+
+// MultiheadSelfAttention: the above with children qkv = Linear(D, 3D) and
+// proj = Linear(D, D) (timm's names: "qkv.weight", "proj.bias"). dim % heads == 0.
+class MultiheadSelfAttention final : public Module {
+ public:
+  MultiheadSelfAttention(int64_t dim, int heads, bool qkv_bias = true);
+  Tensor forward(const Tensor& x) override;  // x (N, T, D) -> (N, T, D)
+  std::string type_name() const override { return "MultiheadSelfAttention"; }
+  int heads;
+  std::shared_ptr<Linear> qkv, proj;
+};
+
+// TransformerMlp: fc1 = Linear(D, hidden), exact GELU, fc2 = Linear(hidden, D).
+class TransformerMlp final : public Module {
+ public:
+  TransformerMlp(int64_t dim, int64_t hidden);
+  Tensor forward(const Tensor& x) override;  // (..., D) -> (..., D)
+  std::string type_name() const override { return "TransformerMlp"; }
+  std::shared_ptr<Linear> fc1, fc2;
+};
+
+// TransformerBlock: a pre-norm encoder block, x = x + attn(norm1(x)), then
+// x = x + mlp(norm2(x)), with mlp hidden width mlp_ratio * D. Children "norm1", "attn",
+// "norm2", "mlp".
+class TransformerBlock final : public Module {
+ public:
+  TransformerBlock(int64_t dim, int heads, int mlp_ratio = 4);
+  Tensor forward(const Tensor& x) override;  // x (N, T, D) -> (N, T, D)
+  std::string type_name() const override { return "TransformerBlock"; }
+  std::shared_ptr<LayerNorm> norm1, norm2;
+  std::shared_ptr<MultiheadSelfAttention> attn;
+  std::shared_ptr<TransformerMlp> mlp;
+};
+
 }  // namespace mtc::nn

@@ -8,11 +8,12 @@ namespace {
 
 struct Entry {
   const char* name;
-  int cifar_n;  // > 0: CifarResNet with this n; 0: ResNet-50; -1: MLP
+  int cifar_n;  // > 0: CifarResNet with this n; 0: ResNet-50; -1: MLP; -2: VisionTransformer (vit_tiny)
 };
 constexpr Entry kModels[] = {
     {"resnet20", 3},   {"resnet32", 5},     {"resnet44", 7}, {"resnet56", 9},
     {"resnet110", 18}, {"resnet1202", 200}, {"resnet50", 0}, {"mlp", -1},
+    {"vit_tiny", -2},
 };
 
 }  // namespace
@@ -52,6 +53,16 @@ absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o)
     }
     m.net = std::make_shared<ImageNetResNet>(std::vector<int>{3, 4, 6, 3}, o.num_classes);
     m.sample_shape = Shape{3, size, size};
+  } else if (entry->cifar_n == -2) {
+    VisionTransformerConfig c;  // vit_tiny: D 128, 4 heads, 4 blocks, patch 4
+    c.image_size = o.image_size > 0 ? o.image_size : 32;
+    c.num_classes = o.num_classes;
+    if (c.image_size % c.patch != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " image size ", c.image_size, ": expected a multiple of the patch size ", c.patch));
+    }
+    m.net = std::make_shared<VisionTransformer>(c);
+    m.sample_shape = Shape{3, c.image_size, c.image_size};
   } else {
     const int size = o.image_size > 0 ? o.image_size : 32;
     for (int64_t h : o.mlp_hidden) {
