@@ -3,6 +3,7 @@
 // The last line, "summary model=... peak_compute_bytes=...", is parsed by other tools.
 // Every bad flag value prints one line "mtc-train: error: ..." and exits with status 2.
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cli.h"
 #include "device.h"
 #include "mtc/data.h"
 #include "mtc/models.h"
@@ -60,6 +62,8 @@ ABSL_FLAG(FlagText, image_size, {"224"}, "resnet50 input height and width (>= 32
 ABSL_FLAG(FlagText, num_classes, {"10"}, "classes of the model's output and of synthetic labels (>= 1)");
 ABSL_FLAG(FlagText, log_every, {"10"}, "print a progress line every this many iterations (>= 1)");
 ABSL_FLAG(FlagText, warmup, {"2"}, "untimed training iterations before the timed ones (>= 0)");
+ABSL_FLAG(std::string, record_trace, "",
+          "write the executed op stream to this file as JSON lines (docs/trace-format.md), for mtc-replay");
 ABSL_FLAG(std::string, budget, "none",
           "DTE: compute-region budget m*, bytes (e.g. 300MiB) or a fraction of the compute region "
           "(e.g. 0.3); none: evict only when an allocation does not fit the region");
@@ -76,11 +80,7 @@ constexpr int kFailure = 1;   // exit status for any other error at run time
 
 // fail: the one error line, then exit without running destructors (the interpreter's
 // worker may still hold commands; nothing of it needs saving).
-[[noreturn]] void fail(int status, const std::string& what) {
-  std::fprintf(stderr, "mtc-train: error: %s\n", what.c_str());
-  std::fflush(nullptr);
-  std::_Exit(status);
-}
+[[noreturn]] void fail(int status, const std::string& what) { cli::fail("mtc-train", status, what); }
 
 template <typename T>
 T value_or_exit(absl::StatusOr<T> v) {
@@ -182,6 +182,7 @@ Flags read_flags() {
     if (!b.ok() || *b == 0) bad_budget();
     r.evict.budget_bytes = *b;
   }
+  r.trace_path = absl::GetFlag(FLAGS_record_trace);
   r.num_threads = f.threads;
   r.synchronous = absl::GetFlag(FLAGS_sync);
   r.seed = f.seed;
@@ -260,8 +261,10 @@ int run(const Flags& f) {
   EvictStats ev_start = f.warmup == 0 ? evict_stats(0) : EvictStats{};
   data::HostBatch host = data->next(f.batch);
   const int total = f.warmup + f.iterations;  // iterations 1..warmup are not timed
+  EvictStats ev_window = ev_start;  // at the last progress line
   for (int it = 1; it <= total; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
+    rt.interpreter().mark("iteration", it);
     absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, data::to_device(host));
     if (!loss.ok()) iteration_failed(it, loss.status());
     absl::StatusOr<float> l = loss->item();  // synchronises: the iteration has run
@@ -278,8 +281,19 @@ int run(const Flags& f) {
       if (!m.ok()) iteration_failed(it, m.status());
       peak = m->compute.peak_allocated;
       const double ms = 1e3 * window / window_iters;
-      std::printf("iter %d loss %.6f samples/s %.1f ms %.1f peak_compute %.1f MiB\n", it, loss_value,
+      std::printf("iter %d loss %.6f samples/s %.1f ms %.1f peak_compute %.1f MiB", it, loss_value,
                   f.batch * 1e3 / ms, ms, peak / 1048576.0);
+      if (f.runtime.evict.policy != EvictPolicy::kNone) {  // DTE per iteration, over the window
+        const EvictStats e = evict_stats(it);
+        const double n = window_iters;
+        std::printf(" | per iter: drop %.1f swap %.1f recompute %.1f (%.1f ms) swapped %.1f MiB search %.2f ms",
+                    (e.evict_drop - ev_window.evict_drop) / n, (e.evict_swap - ev_window.evict_swap) / n,
+                    (e.recomputes - ev_window.recomputes) / n, (e.recompute_us - ev_window.recompute_us) / n * 1e-3,
+                    (e.swapped_out_bytes - ev_window.swapped_out_bytes) / n / 1048576.0,
+                    (e.search_us - ev_window.search_us) / n * 1e-3);
+        ev_window = e;
+      }
+      std::printf("\n");
       std::fflush(stdout);
       window = 0;
       window_iters = 0;
@@ -294,42 +308,19 @@ int run(const Flags& f) {
   std::printf(
       "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f "
       "peak_compute_bytes=%zu evict_drop=%llu evict_swap=%llu recomputes=%llu recompute_sec=%.4f "
-      "swapped_bytes=%llu search_sec=%.4f\n",
+      "swapped_bytes=%llu search_sec=%.4f compute_sec=%.4f swap_sec=%.4f\n",
       f.model.c_str(), f.batch, f.iterations, sec_per_iter, f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
       static_cast<unsigned long long>(ev_end.evict_swap - ev_start.evict_swap),
       static_cast<unsigned long long>(ev_end.recomputes - ev_start.recomputes),
       (ev_end.recompute_us - ev_start.recompute_us) * 1e-6,
       static_cast<unsigned long long>(ev_end.swapped_out_bytes - ev_start.swapped_out_bytes),
-      (ev_end.search_us - ev_start.search_us) * 1e-6);
+      (ev_end.search_us - ev_start.search_us) * 1e-6, (ev_end.compute_us - ev_start.compute_us) * 1e-6,
+      (ev_end.swap_us - ev_start.swap_us) * 1e-6);
   std::fflush(stdout);
+  if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
+  if (!f.runtime.trace_path.empty()) std::printf("trace: %s\n", f.runtime.trace_path.c_str());
   return 0;
-}
-
-// check_flag_names: an unknown --flag is bad input like any other (absl's parser would
-// exit with status 1). Help flags and absl's own flags pass through to absl.
-void check_flag_names(int argc, char** argv) {
-  static const char* kAbslFlags[] = {"help", "helpfull", "helpshort", "helppackage", "helpon",
-                                     "helpmatch", "version", "only_check_args", "flagfile",
-                                     "fromenv", "tryfromenv", "undefok"};
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg.size() < 2 || arg[0] != '-') continue;
-    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
-    const bool has_value = arg.find('=') != absl::string_view::npos;
-    absl::string_view name = arg.substr(0, arg.find('='));
-    if (std::find(std::begin(kAbslFlags), std::end(kAbslFlags), name) != std::end(kAbslFlags)) continue;
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      const absl::CommandLineFlag* positive = absl::FindCommandLineFlag(name.substr(2));
-      if (positive != nullptr && positive->IsOfType<bool>()) continue;
-    }
-    if (flag == nullptr) {
-      fail(kBadValue, absl::StrCat("unknown flag --", std::string(name), ": see --help for the flags mtc-train takes"));
-    }
-    if (!has_value && !flag->IsOfType<bool>()) ++i;  // "--batch 64": skip the value
-  }
 }
 
 }  // namespace
@@ -345,7 +336,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trains a model on the mtc runtime and reports loss, throughput and peak memory.\n"
       "  mtc-train --model=resnet56 --batch=64 --iterations=20 [--data=cifar10:PATH] [--memory=2GiB]");
-  mtc::check_flag_names(argc, argv);
+  mtc::cli::normalize_flag_names(argc, argv);
+  mtc::cli::check_flag_names("mtc-train", argc, argv);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     mtc::fail(mtc::kBadValue,

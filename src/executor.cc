@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "mtc/status.h"
 #include "trace/trace_writer.h"
@@ -32,8 +33,10 @@ class ScratchContext final : public KernelContext {
     auto b = ex_.allocate(bytes, [&] { return absl::StrCat("op ", op_.name(), ": scratch space"); });
     if (!b.ok()) return b.status();
     blocks_.push_back(*b);
+    sizes_.push_back(bytes);
     return static_cast<void*>(ex_.device().compute_ptr(*b));
   }
+  const absl::InlinedVector<size_t, 2>& sizes() const { return sizes_; }
   Device& device() override { return ex_.device(); }
   bool recomputing() const override { return recomputing_; }
 
@@ -42,6 +45,7 @@ class ScratchContext final : public KernelContext {
   const OpDef& op_;
   bool recomputing_;
   absl::InlinedVector<alloc::Block, 2> blocks_;
+  absl::InlinedVector<size_t, 2> sizes_;
 };
 
 }  // namespace
@@ -141,10 +145,35 @@ void Executor::rebuild_classes() {
 // recompute chain behind the cost model's back (in backward, down the whole gradient
 // chain to the loss). So it stays resident, without a handle, as an ordinary candidate
 // whose cost counts its own dropped neighbourhood, until it is evicted or nothing needs it.
-bool Executor::feeds_dropped(const TensorRecord& r) const {
-  for (uint64_t u : r.users) {
-    auto it = records_.find(u);
-    if (it != records_.end() && it->second.state == StorageState::kDropped) return true;
+// "Dropped" here means evicted while someone may still read it: a dropped tensor with a live
+// handle, or one a dropped tensor with a live handle is computed from. Tensors that were
+// only fake-deleted themselves (no handle, nothing evicted downstream) do not count, else
+// an unlimited run would keep every released activation. The walk is bounded; past the
+// bound it answers no, which is the plain fake delete.
+bool Executor::feeds_dropped(const TensorRecord& r) const { return feeds(r, /*count_evictable=*/false, false); }
+
+// feeds: whether some tensor a user still holds may be regenerated through r: a dropped
+// one with a live handle, or (count_evictable) a resident one that may be dropped later;
+// dropped tensors without a handle are walked through. Past 256 tensors: `otherwise`.
+bool Executor::feeds(const TensorRecord& r, bool count_evictable, bool otherwise) const {
+  absl::InlinedVector<const TensorRecord*, 16> work{&r};
+  absl::flat_hash_set<uint64_t> seen;
+  while (!work.empty()) {
+    if (seen.size() >= 256) return otherwise;
+    const TensorRecord* t = work.back();
+    work.pop_back();
+    for (uint64_t u : t->users) {
+      auto it = records_.find(u);
+      if (it == records_.end() || !seen.insert(u).second) continue;
+      const TensorRecord& x = it->second;
+      if (x.state == StorageState::kResident) {
+        if (count_evictable && x.candidate_index != SIZE_MAX && droppable(x)) return true;
+        continue;
+      }
+      if (x.state != StorageState::kDropped) continue;
+      if (x.handle_alive) return true;
+      work.push_back(&x);
+    }
   }
   return false;
 }
@@ -438,19 +467,22 @@ absl::Status Executor::recompute(TensorRecord& r) {
 absl::Status Executor::run(const ComputePath& path, std::span<const TensorView> ins,
                            std::span<const TensorView> outs, bool recomputing, double* us) {
   const OpDef& op = *path.op;
+  if (simulate_) {  // the recorded time, and the recorded scratch held meanwhile
+    *us = std::max(0.0, op.recorded_us());
+    ScratchContext ctx(*this, op, recomputing);
+    for (size_t bytes : op.recorded_scratch()) MTC_RETURN_IF_ERROR(ctx.scratch(bytes).status());
+    return absl::OkStatus();
+  }
   KernelFn kernel = op.schema().kernels[static_cast<int>(device_.type())];
   if (kernel == nullptr) {
     return absl::UnimplementedError(absl::StrCat("op ", op.name(), " has no kernel for device ",
                                                  device_type_name(device_.type())));
   }
-  if (simulate_) {
-    *us = std::max(0.0, op.recorded_us());
-    return absl::OkStatus();
-  }
   ScratchContext ctx(*this, op, recomputing);
   const auto t0 = Clock::now();
   absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
   *us = us_since(t0);
+  last_scratch_.assign(ctx.sizes().begin(), ctx.sizes().end());
   return s;
 }
 
@@ -537,7 +569,7 @@ absl::Status Executor::execute(ApplyOp& c) {
   }
   ++stats_.ops;
   stats_.compute_us += us;
-  if (trace_) trace_->op(op, c.inputs, c.outputs, c.output_descs, us, mutated);
+  if (trace_) trace_->op(op, c.inputs, c.outputs, c.output_descs, us, mutated, c.recomputable, last_scratch_);
   // In-place mutation: the mutated inputs move to a new version; the path records the
   // new one (the op's outputs do not depend on the old values; see OpDef::mutates_inputs).
   // A mutated tensor no longer holds what its own compute path made.
@@ -583,9 +615,13 @@ absl::Status Executor::execute(ApplyOp& c) {
 // recomputed. So x's current value moves into a hidden snapshot record first (a copy, which
 // DTE may swap out like any tensor), the paths are repointed to it, and x starts a new
 // version with no users. The snapshot dies with the last tensor computed from it. Without
-// eviction nothing is ever recomputed, and no snapshot is taken.
+// eviction nothing is ever recomputed, and no snapshot is taken; nor is one when no tensor
+// a user holds can be regenerated through x (the usual case at an optimizer step, when
+// the forward's activations are all released: only the loss, too small to evict, is
+// held).
 absl::Status Executor::snapshot_before_mutation(TensorRecord& x) {
-  if (x.users.empty()) return absl::OkStatus();
+  // Only when something may still be regenerated from x's current value.
+  if (x.users.empty() || !feeds(x, /*count_evictable=*/true, /*otherwise=*/true)) return absl::OkStatus();
   MTC_ASSIGN_OR_RETURN(alloc::Block b, allocate(x.desc.bytes(), [&] {
     return absl::StrCat("snapshot of ", x.desc.str(), " before an in-place update");
   }));

@@ -87,6 +87,7 @@ class Executor {
   bool droppable(const TensorRecord& r) const;
   void drop(TensorRecord& r);
   bool feeds_dropped(const TensorRecord& r) const;  // Note [Fake delete]
+  bool feeds(const TensorRecord& r, bool count_evictable, bool otherwise) const;
   void rebuild_classes();
   absl::Status swap_out(TensorRecord& r);
   void set_resident(TensorRecord& r, alloc::Block b);
@@ -125,6 +126,7 @@ class Executor {
   EvictStats stats_;
   std::multimap<size_t, std::unique_ptr<std::byte[]>> host_pool_;  // Note in take_host_buffer
   size_t host_pool_bytes_ = 0;
+  absl::InlinedVector<size_t, 2> last_scratch_;  // the scratch requests of the last kernel run
   size_t swapped_now_ = 0, swapped_high_ = 0;  // bytes swapped out at present, at most
 };
 

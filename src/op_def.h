@@ -64,6 +64,9 @@ using KernelFn = absl::Status (*)(const OpDef& op, const KernelArgs& args);
 // OpSchema: one per op type; its name and its kernel per device type.
 struct OpSchema {
   explicit OpSchema(const char* n);
+  // unlisted: a schema kept out of all_op_schemas() (ops replayed from a trace).
+  struct Unlisted {};
+  OpSchema(const char* n, Unlisted) : name(n) {}
   const char* name;  // a string literal
   KernelFn kernels[kNumDeviceTypes] = {};
 };
@@ -123,6 +126,8 @@ class OpDef {
   // recorded_us: for an op replayed from a trace (mtc-replay), the time it took when the
   // trace was recorded; a simulating executor charges it instead of running a kernel.
   virtual double recorded_us() const { return -1; }
+  // recorded_scratch: the scratch requests the op's kernel made then, in bytes.
+  virtual std::span<const size_t> recorded_scratch() const { return {}; }
 };
 
 // MTC_OP_SCHEMA("name"): declares an op type's schema inside its class.

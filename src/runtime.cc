@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "device.h"
 #include "mtc/status.h"
+#include "trace/trace_writer.h"
 
 namespace mtc {
 namespace {
@@ -56,6 +57,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& o
       return absl::InvalidArgumentError(absl::StrCat("budget fraction ", opts.budget_fraction, " is above 1: expected a fraction of the compute region in (0, 1]"));
     }
     io.evict.budget_bytes = static_cast<size_t>(opts.budget_fraction * rt->device_->compute_region().capacity());
+  }
+  if (!opts.trace_path.empty()) {
+    MTC_ASSIGN_OR_RETURN(io.trace, TraceWriter::open(opts.trace_path));
   }
   rt->interp_ = Interpreter::create(rt->device_, io);
   rt->make_current();

@@ -30,6 +30,8 @@ struct RuntimeOptions {
   // fraction of the compute region once the region's size is known.
   EvictOptions evict;
   double budget_fraction = 0;
+  // trace_path: record the executed op stream there (docs/trace-format.md); empty: none.
+  std::string trace_path;
 };
 
 class Runtime {

@@ -1,4 +1,5 @@
 // train_step: the training iteration that mtc-train and the training tests run.
+#include "mtc/interpreter.h"
 #include "mtc/models.h"
 #include "mtc/ops.h"
 #include "mtc/status.h"
@@ -6,9 +7,13 @@
 namespace mtc::models {
 
 absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch) {
+  Interpreter* interp = batch.images.interpreter();  // trace marks; free when not tracing
   opt.zero_grad();
+  interp->mark("forward");
   Tensor loss = cross_entropy(net.forward(batch.images), batch.labels);
+  interp->mark("backward");
   MTC_RETURN_IF_ERROR(loss.backward());
+  interp->mark("step");
   opt.step();
   return loss;
 }

@@ -67,7 +67,8 @@ void TraceWriter::put(uint64_t id, const TensorDesc& d, bool persistent) {
 }
 
 void TraceWriter::op(const OpDef& op, std::span<const uint64_t> in, std::span<const uint64_t> out,
-                     std::span<const TensorDesc> out_descs, double us, uint64_t mutated) {
+                     std::span<const TensorDesc> out_descs, double us, uint64_t mutated,
+                     bool recomputable, std::span<const size_t> scratch) {
   std::string s = absl::StrCat(R"({"e":"op","op":)", json_string(op.name()));
   if (std::string a = op.attrs(); !a.empty()) absl::StrAppend(&s, R"(,"attrs":)", json_string(a));
   absl::StrAppend(&s, R"(,"in":[)", absl::StrJoin(in, ","), R"(],"out":[)", absl::StrJoin(out, ","),
@@ -91,6 +92,8 @@ void TraceWriter::op(const OpDef& op, std::span<const uint64_t> in, std::span<co
     }
     absl::StrAppend(&s, "]");
   }
+  if (!recomputable) absl::StrAppend(&s, R"(,"recompute":false)");
+  if (!scratch.empty()) absl::StrAppend(&s, R"(,"scratch":[)", absl::StrJoin(scratch, ","), "]");
   line(s + "}");
 }
 

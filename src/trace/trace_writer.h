@@ -37,10 +37,11 @@ class TraceWriter {
 
   void header(const TraceHeader& h);
   void put(uint64_t id, const TensorDesc& d, bool persistent);
-  // op: inputs, outputs with their descriptions, measured microseconds, and the mask of
-  // inputs mutated in place.
+  // op: inputs, outputs with their descriptions, measured microseconds, the mask of
+  // inputs mutated in place, and whether DTE may recompute the outputs.
   void op(const OpDef& op, std::span<const uint64_t> in, std::span<const uint64_t> out,
-          std::span<const TensorDesc> out_descs, double us, uint64_t mutated);
+          std::span<const TensorDesc> out_descs, double us, uint64_t mutated, bool recomputable,
+          std::span<const size_t> scratch);
   void release(uint64_t id);
   void gradient(uint64_t id);
   void read(uint64_t id);

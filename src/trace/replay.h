@@ -1,0 +1,65 @@
+// Trace replay: reads a JSON-lines trace (docs/trace-format.md) and runs it through the
+// executor's own eviction and allocator code on a virtual device: regions of the recorded
+// sizes at made-up addresses, no kernels, no bytes moved. An op costs its recorded time,
+// a swap bytes / gamma. mtc-replay prints, per budget, the overhead
+// (compute + recompute + swap) / compute, the peak and whether it ran out of memory.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mtc/evict_options.h"
+#include "mtc/interpreter.h"
+#include "mtc/tensor.h"
+#include "trace/trace_writer.h"
+
+namespace mtc {
+
+class OpDef;
+
+// TraceEvent: one line of a trace after the header.
+struct TraceEvent {
+  enum class Kind : uint8_t { kPut, kOp, kRelease, kShare, kGradient, kRead, kMark };
+  Kind kind;
+  uint64_t id = 0;                       // put, release, share (the new handle), gradient, read
+  uint64_t of = 0;                       // share: the tensor the new handle names
+  TensorDesc desc;                       // put
+  bool persistent = false;               // put
+  std::shared_ptr<const OpDef> op;       // op: carries name, recorded time, outputs, mutation
+  std::vector<uint64_t> in, out;         // op
+  std::vector<std::pair<int, int>> aliases;  // op: (output, input) sharing storage
+  std::string mark;                      // mark
+  int64_t index = 0;                     // mark
+};
+
+struct Trace {
+  TraceHeader header;
+  std::vector<TraceEvent> events;
+  int iterations = 0;  // "iteration" marks
+};
+
+// load_trace: parses FILE; a malformed line is InvalidArgument naming the file, the line
+// number and what was expected.
+absl::StatusOr<Trace> load_trace(const std::string& path);
+
+struct ReplayResult {
+  size_t budget_bytes = 0;  // 0: none
+  bool out_of_memory = false;
+  std::string error;        // why it stopped, when it did
+  int counted_iterations = 0;
+  double compute_us = 0, recompute_us = 0, swap_us = 0, search_us = 0;  // counted iterations
+  size_t peak_bytes = 0;    // compute region, whole replay
+  EvictStats stats;         // counted iterations
+  double overhead() const { return compute_us > 0 ? (compute_us + recompute_us + swap_us) / compute_us : 0; }
+};
+
+// replay: runs the trace under `evict` (its budget_bytes is m*; 0: the region's size).
+// Iterations 1..skip are run but not counted (warm-up, as mtc-train's). Running out of
+// memory is a result, not an error; a trace that names unknown tensors is an error.
+absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip);
+
+}  // namespace mtc
