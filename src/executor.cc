@@ -164,13 +164,13 @@ bool Executor::feeds(const TensorRecord& r, bool count_evictable, bool otherwise
     work.pop_back();
     for (uint64_t u : t->users) {
       auto it = records_.find(u);
-      if (it == records_.end() || !seen.insert(u).second) continue;
+      if (it == records_.end()) continue;
       const TensorRecord& x = it->second;
       if (x.state == StorageState::kResident) {
         if (count_evictable && x.candidate_index != SIZE_MAX && droppable(x)) return true;
         continue;
       }
-      if (x.state != StorageState::kDropped) continue;
+      if (x.state != StorageState::kDropped || !seen.insert(u).second) continue;  // walk dropped ones once
       if (x.handle_alive) return true;
       work.push_back(&x);
     }
