@@ -156,7 +156,7 @@ absl::StatusOr<TraceEvent> parse_event(const json& j,
     if (!name) name = std::make_shared<const std::string>(j["op"].get<std::string>());
     auto op = std::make_shared<ReplayOp>(name, j.value("attrs", std::string()), std::move(outs),
                                          j["us"].get<double>(), mutated, std::move(scratch));
-    ev.persistent = !j.value("recompute", true);  // for ops: not recomputable
+    ev.recomputable = j.value("recompute", true);
     ev.op = std::move(op);
   } else if (e == "release") {
     ev.kind = TraceEvent::Kind::kRelease;
@@ -268,7 +268,7 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
       case TraceEvent::Kind::kOp: {
         ApplyOp c;
         c.op = e.op;
-        c.recomputable = !e.persistent;
+        c.recomputable = e.recomputable;
         for (uint64_t in : e.in) {
           MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(in));
           c.inputs.push_back(t);
@@ -295,13 +295,12 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
         s = ex.execute(c);
         break;
       }
-      case TraceEvent::Kind::kRelease:
       case TraceEvent::Kind::kShare: {
-        if (e.kind == TraceEvent::Kind::kShare) {
-          MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e.of));
-          MTC_RETURN_IF_ERROR(add_handle(e.id, t));
-          break;
-        }
+        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e.of));
+        MTC_RETURN_IF_ERROR(add_handle(e.id, t));
+        break;
+      }
+      case TraceEvent::Kind::kRelease: {
         MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e.id));
         tensor_of.erase(e.id);
         if (--handles[t] == 0) {

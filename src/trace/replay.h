@@ -29,6 +29,7 @@ struct TraceEvent {
   uint64_t of = 0;                       // share: the tensor the new handle names
   TensorDesc desc;                       // put
   bool persistent = false;               // put
+  bool recomputable = true;              // op: false for "recompute":false
   std::shared_ptr<const OpDef> op;       // op: carries name, recorded time, outputs, mutation
   std::vector<uint64_t> in, out;         // op
   std::vector<std::pair<int, int>> aliases;  // op: (output, input) sharing storage
