@@ -4,7 +4,8 @@
 # first with --evict_policy=none (no eviction), then with --evict_policy=mtc and no
 # --budget (evict only when an allocation does not fit the compute region). Each search
 # doubles the batch until a run fails, then bisects between the last success and that
-# failure; the mtc search starts at the no-eviction maximum. A run counts as completed
+# failure until they are within --resolution percent of each other (2; 0 bisects to the
+# exact batch); the mtc search starts at the no-eviction maximum. A run counts as completed
 # when it exits 0 with a summary line; out of memory, any other failure and a run past
 # --run-timeout count as not completed (failures other than out of memory are reported).
 # Prints both maxima and their ratio, PASS when mtc/none >= 4.
@@ -14,9 +15,11 @@ set -euo pipefail
 usage() {
   cat <<EOF
 usage: $0 [MTC_TRAIN] [--model resnet110] [--memory 1GiB] [--comm_memory auto] [--threads 2]
-          [--seed 0] [--max-batch 4096] [--run-timeout 600] [-- MTC_TRAIN_FLAGS...]
+          [--seed 0] [--max-batch 4096] [--run-timeout 600] [--resolution 2]
+          [-- MTC_TRAIN_FLAGS...]
 MTC_TRAIN defaults to build/launch/mtc-train. --max-batch caps both searches (a maximum
-at the cap is a lower bound). --run-timeout is in seconds per mtc-train run. Flags after
+at the cap is a lower bound). --run-timeout is in seconds per mtc-train run. Bisection
+stops once the failing batch is within --resolution percent above the largest success. Flags after
 -- go to every run. TARGET (default 4) is the smallest passing ratio mtc/none.
 EOF
 }
@@ -25,11 +28,12 @@ cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train
 model=resnet110 memory=1GiB comm_memory=auto threads=2 seed=0 max_batch=4096 run_timeout=600
+resolution=2
 extra=()
 target=${TARGET:-4}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --model|--memory|--comm_memory|--threads|--seed|--max-batch|--run-timeout)
+    --model|--memory|--comm_memory|--threads|--seed|--max-batch|--run-timeout|--resolution)
       [ $# -ge 2 ] || { echo "$1 needs a value" >&2; usage >&2; exit 2; }
       v=${1#--}; declare "${v//-/_}=$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -41,6 +45,7 @@ done
 for n in threads max_batch run_timeout; do
   [[ ${!n} =~ ^[1-9][0-9]*$ ]] || { echo "--${n//_/-} must be a positive integer, got '${!n}'" >&2; exit 2; }
 done
+[[ $resolution =~ ^[0-9]+$ ]] || { echo "--resolution must be a whole number of percent, got '$resolution'" >&2; exit 2; }
 need_mtc_train "$mtc_train"
 
 logs=$(mktemp -d)
@@ -77,7 +82,8 @@ completes() {
 }
 
 # largest POLICY START: the largest batch in [1, max_batch] that completes under POLICY,
-# doubling from START and then bisecting; 0 when batch 1 does not complete.
+# doubling from START and then bisecting down to --resolution; 0 when batch 1 does not
+# complete. Sets largest_result and largest_failed (the smallest failing batch, 0 if none).
 largest() {
   local policy=$1 b=$2 lo=0 hi=0 mid
   while :; do
@@ -91,32 +97,38 @@ largest() {
     fi
   done
   if [ "$hi" -gt 0 ]; then
-    while [ $((hi - lo)) -gt 1 ]; do
+    while [ $((hi - lo)) -gt 1 ] && [ $((100 * (hi - lo))) -gt $((resolution * lo)) ]; do
       mid=$(((lo + hi) / 2))
       if completes "$policy" "$mid"; then lo=$mid; else hi=$mid; fi
     done
   fi
   largest_result=$lo
+  largest_failed=$hi
 }
 
 echo "$model, --memory $memory, --comm_memory $comm_memory, $threads threads; 2 iterations per run;" \
      "batch capped at $max_batch" >&2
 largest none 1
-none_max=$largest_result
+none_max=$largest_result none_failed=$largest_failed
 if [ "$none_max" = 0 ]; then
   echo "batch 1 does not complete without eviction, nothing to compare against; its last line:" \
        "$(tail -n 1 "$logs/none-1.log")" >&2
   exit 2
 fi
 largest mtc "$none_max"
-mtc_max=$largest_result
+mtc_max=$largest_result mtc_failed=$largest_failed
 
-# show MAX: the maximum, marked when it is the cap (a lower bound).
-show() { if [ "$1" -ge "$max_batch" ]; then echo ">= $1 (the --max-batch cap)"; else echo "$1"; fi; }
+# show MAX FAILED: the maximum, marked when it is the cap (a lower bound), and the
+# smallest batch that failed when that is more than one above it.
+show() {
+  if [ "$1" -ge "$max_batch" ]; then echo ">= $1 (the --max-batch cap)"
+  elif [ "$2" -gt $(($1 + 1)) ]; then echo "$1 (batch $2 did not complete)"
+  else echo "$1"; fi
+}
 echo
 echo "$model at --memory $memory: largest batch completing 2 iterations"
-echo "  --evict_policy=none  $(show "$none_max")"
-echo "  --evict_policy=mtc   $(show "$mtc_max")"
+echo "  --evict_policy=none  $(show "$none_max" "$none_failed")"
+echo "  --evict_policy=mtc   $(show "$mtc_max" "$mtc_failed")"
 if [ "$other_failures" -gt 0 ]; then
   echo "  ($other_failures runs failed otherwise than out of memory; see above)"
 fi

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# What DTE costs: mtc-train once without eviction (--evict_policy=none) for the time per
-# iteration and the compute-region peak P, then with --budget at 80, 50, 35 and 25% of P
-# under the mtc and the dtr policies. Prints one table (time per iteration, overhead over
+# What DTE costs: mtc-train once without eviction (--evict_policy=none) for the
+# compute-region peak P, then --repeat rounds, each running every configuration once in
+# turn: no eviction, and --budget at 80, 50, 35 and 25% of P under the mtc and the dtr
+# policies. A configuration's time is the least, over the rounds, of its runs' least time
+# per iteration (min_sec_per_iter; --stat median or mean for the others): other work on
+# the machine only ever adds time, and interleaving spreads a slow spell over all
+# configurations rather than onto one. Prints one table (time per iteration, overhead over
 # the unlimited run, evictions, recomputes, eviction search time as a share of the
 # iteration) and a verdict per target:
 #   mtc's overhead at 35% of P at most 1.3;
@@ -14,9 +18,12 @@ set -euo pipefail
 usage() {
   cat <<EOF
 usage: $0 [MTC_TRAIN] [--model resnet56] [--batch 64] [--threads 2] [--iterations 10]
-          [--warmup 2] [--seed 0] [--memory auto] [--repeat 1] [-- MTC_TRAIN_FLAGS...]
-MTC_TRAIN defaults to build/launch/mtc-train. --repeat N runs each configuration N times
-and keeps the fastest. Flags after -- go to every mtc-train run. TARGET_OVERHEAD (1.3),
+          [--warmup 2] [--seed 0] [--memory auto] [--repeat 3] [--stat min]
+          [-- MTC_TRAIN_FLAGS...]
+MTC_TRAIN defaults to build/launch/mtc-train. --repeat N runs N interleaved rounds of
+all configurations and keeps each one's fastest. --stat min|median|mean picks the time per
+iteration compared (min_sec_per_iter, median_sec_per_iter or sec_per_iter). Flags after
+-- go to every mtc-train run. TARGET_OVERHEAD (1.3),
 NOISE (0.03) and TARGET_SEARCH_PCT (2) set the targets.
 EOF
 }
@@ -24,14 +31,14 @@ EOF
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train
-model=resnet56 batch=64 threads=2 iterations=10 warmup=2 seed=0 memory="" repeat=1
+model=resnet56 batch=64 threads=2 iterations=10 warmup=2 seed=0 memory="" repeat=3 stat=min
 extra=()
 target_overhead=${TARGET_OVERHEAD:-1.3}
 noise=${NOISE:-0.03}
 target_search=${TARGET_SEARCH_PCT:-2}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --model|--batch|--threads|--iterations|--warmup|--seed|--memory|--repeat)
+    --model|--batch|--threads|--iterations|--warmup|--seed|--memory|--repeat|--stat)
       [ $# -ge 2 ] || { echo "$1 needs a value" >&2; usage >&2; exit 2; }
       declare "${1#--}=$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -48,6 +55,11 @@ for n in batch threads iterations warmup repeat; do
     exit 2
   fi
 done
+case "$stat" in
+  min|median) key=${stat}_sec_per_iter ;;
+  mean) key=sec_per_iter ;;
+  *) echo "--stat must be min, median or mean, got '$stat'" >&2; exit 2 ;;
+esac
 need_mtc_train "$mtc_train"
 
 logs=$(mktemp -d)
@@ -58,74 +70,89 @@ common=(--model "$model" --batch "$batch" --iterations "$iterations" --warmup "$
 common+=("${extra[@]}")
 export OMP_NUM_THREADS=$threads
 
-# measure NAME FLAGS...: runs mtc-train --repeat times with FLAGS; prints the summary line
-# of the fastest run, or OOM or FAIL when a run failed, saying why on stderr.
-measure() {
+# run_once NAME FLAGS...: runs mtc-train once with FLAGS; prints its summary line, or OOM
+# or FAIL when the run failed, saying why on stderr.
+run_once() {
   local name=$1; shift
-  local best="" line rc i kind log=$logs/$name.log
-  for ((i = 1; i <= repeat; i++)); do
-    echo "running $name ($i/$repeat): $mtc_train ${common[*]} $*" >&2
-    rc=0
-    run_logged "$log" "$mtc_train" "${common[@]}" "$@" || rc=$?
-    if [ "$rc" != 0 ]; then
-      kind=$(failure_kind "$rc" "$log")
-      if [ "$kind" = OOM ]; then
-        echo "  $name: OOM: $(tail -n 1 "$log")" >&2
-      else
-        show_tail "  $name failed (exit $rc)" "$log"
-      fi
-      echo "$kind"
-      return
+  local line rc=0 kind log=$logs/$name.log
+  echo "running $name: $mtc_train ${common[*]} $*" >&2
+  run_logged "$log" "$mtc_train" "${common[@]}" "$@" || rc=$?
+  if [ "$rc" != 0 ]; then
+    kind=$(failure_kind "$rc" "$log")
+    if [ "$kind" = OOM ]; then
+      echo "  $name: OOM: $(tail -n 1 "$log")" >&2
+    else
+      show_tail "  $name failed (exit $rc)" "$log"
     fi
-    if ! line=$(summary_line "$log"); then
-      show_tail "  $name printed no 'summary ...' line" "$log"
-      echo FAIL
-      return
-    fi
-    if [ -z "$best" ] || awk -v a="$(field "$line" sec_per_iter)" -v b="$(field "$best" sec_per_iter)" \
-         'BEGIN { exit !(a < b) }'; then
-      best=$line
-    fi
-  done
-  echo "$best"
+    echo "$kind"
+    return
+  fi
+  if ! line=$(summary_line "$log"); then
+    show_tail "  $name printed no 'summary ...' line" "$log"
+    echo FAIL
+    return
+  fi
+  echo "$line"
 }
 
-base=$(measure unlimited --evict_policy=none)
-case "$base" in
+# The peak P from one unlimited run, then the interleaved rounds.
+first=$(run_once peak --evict_policy=none)
+case "$first" in
   summary*) ;;
   *) echo "the unlimited run (--evict_policy=none) failed: nothing to compare against" >&2; exit 2 ;;
 esac
-base_sec=$(field "$base" sec_per_iter)
-peak=$(field "$base" peak_compute_bytes)
-if [ -z "$base_sec" ] || [ -z "$peak" ]; then
-  echo "the unlimited run's summary line lacks sec_per_iter or peak_compute_bytes: $base" >&2
+peak=$(field "$first" peak_compute_bytes)
+if [ -z "$peak" ] || [ -z "$(field "$first" "$key")" ]; then
+  echo "the unlimited run's summary line lacks $key or peak_compute_bytes: $first" >&2
   exit 2
 fi
 
 pcts=(80 50 35 25)
 policies=(mtc dtr)
-declare -A result  # [pct:policy] -> summary line, OOM or FAIL
-for pct in "${pcts[@]}"; do
-  for policy in "${policies[@]}"; do
-    result[$pct:$policy]=$(measure "$policy-$pct" --budget="$((peak * pct / 100))B" --evict_policy="$policy")
+# result[config] -> the summary line of its fastest run so far, or OOM or FAIL (a
+# configuration that failed once is not run again). Configurations: base, PCT:POLICY.
+declare -A result
+configs=(base)
+for pct in "${pcts[@]}"; do for policy in "${policies[@]}"; do configs+=("$pct:$policy"); done; done
+for ((round = 1; round <= repeat; round++)); do
+  echo "round $round of $repeat" >&2
+  for c in "${configs[@]}"; do
+    prev=${result[$c]:-}
+    [ -z "$prev" ] || [[ $prev == summary* ]] || continue
+    if [ "$c" = base ]; then
+      line=$(run_once base --evict_policy=none)
+    else
+      pct=${c%%:*} policy=${c##*:}
+      line=$(run_once "$policy-$pct" --budget="$((peak * pct / 100))B" --evict_policy="$policy")
+    fi
+    if [[ $line != summary* ]] || [ -z "$prev" ] || awk -v a="$(field "$line" "$key")" \
+         -v b="$(field "$prev" "$key")" 'BEGIN { exit !(a < b) }'; then
+      result[$c]=$line
+    fi
   done
 done
+base=${result[base]}
+case "$base" in
+  summary*) ;;
+  *) echo "an unlimited run (--evict_policy=none) failed: nothing to compare against" >&2; exit 2 ;;
+esac
+base_sec=$(field "$base" "$key")
 
 # cells LINE: sec/iter, overhead, evictions, recomputes and search % of the iteration
 # time for one run, or its failure and dashes.
 cells() {
   case "$1" in
     summary*)
-      awk -v s="$(field "$1" sec_per_iter)" -v b="$base_sec" -v n="$iterations" \
+      awk -v s="$(field "$1" "$key")" -v b="$base_sec" -v n="$iterations" \
           -v d="$(field "$1" evict_drop)" -v w="$(field "$1" evict_swap)" \
-          -v r="$(field "$1" recomputes)" -v q="$(field "$1" search_sec)" \
-          'BEGIN { printf "%9.4f %8.3f %10d %10d %8.2f", s, s / b, d + w, r, 100 * q / (s * n) }' ;;
+          -v r="$(field "$1" recomputes)" -v q="$(field "$1" search_sec)" -v m="$(field "$1" sec_per_iter)" \
+          'BEGIN { printf "%9.4f %8.3f %10d %10d %8.2f", s, s / b, d + w, r, 100 * q / (m * n) }' ;;
     *) printf '%9s %8s %10s %10s %8s' "$1" - - - - ;;
   esac
 }
 header=$(printf '%9s %8s %10s %10s %8s' s/iter overhead evictions recomputes search%)
 echo
-echo "$model, batch $batch, $threads threads, $iterations iterations after $warmup warm-up;" \
+echo "$model, batch $batch, $threads threads, $iterations iterations after $warmup warm-up, best of $repeat rounds;" \
      "unlimited: $base_sec s/iter, peak_compute_bytes P = $peak"
 printf '%-7s %12s | %-49s | %s\n' "" "" "mtc" "dtr"
 printf '%-7s %12s | %s | %s\n' "budget" "bytes" "$header" "$header"
@@ -134,8 +161,9 @@ for pct in "${pcts[@]}"; do
   printf '%-7s %12s | %s | %s\n' "$pct%" "$((peak * pct / 100))" \
     "$(cells "${result[$pct:mtc]}")" "$(cells "${result[$pct:dtr]}")"
 done
-echo "(overhead: sec/iter / unlimited sec/iter; evictions: evict_drop + evict_swap;" \
-     "search%: search_sec / ($iterations x sec/iter); totals over the timed iterations)"
+echo "(s/iter: $key of the fastest round; overhead: s/iter / unlimited s/iter;" \
+     "evictions: evict_drop + evict_swap; search%: search_sec / ($iterations x sec_per_iter);" \
+     "totals over the timed iterations of that round)"
 echo
 
 ok=1
@@ -149,7 +177,7 @@ verdict() {
 # 1. mtc's overhead at 35%.
 line=${result[35:mtc]}
 if [[ $line == summary* ]]; then
-  r=$(awk -v s="$(field "$line" sec_per_iter)" -v b="$base_sec" 'BEGIN { printf "%.3f", s / b }')
+  r=$(awk -v s="$(field "$line" "$key")" -v b="$base_sec" 'BEGIN { printf "%.3f", s / b }')
   verdict "mtc overhead at 35% (target <= $target_overhead)" "$r" \
     "$(awk -v r="$r" -v t="$target_overhead" 'BEGIN { print (r <= t) }')"
 else
@@ -162,7 +190,7 @@ worst="" pass=1
 for pct in "${pcts[@]}"; do
   m=${result[$pct:mtc]} d=${result[$pct:dtr]}
   if [[ $m == summary* && $d == summary* ]]; then
-    r=$(awk -v m="$(field "$m" sec_per_iter)" -v d="$(field "$d" sec_per_iter)" 'BEGIN { printf "%.3f", m / d }')
+    r=$(awk -v m="$(field "$m" "$key")" -v d="$(field "$d" "$key")" 'BEGIN { printf "%.3f", m / d }')
     worst+=" $pct%:$r"
     awk -v r="$r" -v n="$noise" 'BEGIN { exit !(r <= 1 + n) }' || pass=0
   elif [[ $m == summary* ]]; then

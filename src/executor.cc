@@ -237,19 +237,25 @@ void Executor::give_host_buffer(size_t bytes, std::unique_ptr<std::byte[]> b) {
 }
 
 void Executor::measure_bandwidth() {
-  // gamma: time a device-to-host copy of up to 8 MiB of the (still empty) compute region,
-  // best of 3, within an eighth of the budget; the peak statistics forget it.
-  const size_t bytes = std::min<size_t>(size_t{8} << 20, budget() / 8);
+  // gamma: time a device-to-host copy of up to 64 MiB of the (still empty) compute region
+  // into a touched host buffer, best of 3; the peak statistics forget it. A host-to-device
+  // copy first writes the region's pages: on the CPU, reading never-written pages reads
+  // the kernel's one zero page, from cache, and measured several times the real rate.
+  // 64 MiB is also past any CPU's last-level cache, as a swapped tensor's bytes are by the
+  // time they are copied (they went stale first).
+  const size_t bytes = std::min<size_t>(size_t{64} << 20, device_.compute_region().capacity() / 4);
   bytes_per_us_ = 1e4;  // 10 GB/s when nothing can be measured
   if (bytes < (size_t{64} << 10)) return;
   auto b = device_.compute_region().allocate(bytes);
   if (!b.ok()) return;
-  auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  auto host = std::make_unique<std::byte[]>(bytes);  // zeroed: its pages are touched
   double best = 1e300;
-  for (int i = 0; i < 3; ++i) {
-    const auto t0 = Clock::now();
-    if (!device_.copy_to_host(host.get(), device_.compute_ptr(*b), bytes).ok()) break;
-    best = std::min(best, us_since(t0));
+  if (device_.copy_to_device(device_.compute_ptr(*b), host.get(), bytes).ok()) {
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = Clock::now();
+      if (!device_.copy_to_host(host.get(), device_.compute_ptr(*b), bytes).ok()) break;
+      best = std::min(best, us_since(t0));
+    }
   }
   device_.compute_region().free(*b);
   device_.compute_region().reset_peak();

@@ -177,18 +177,24 @@ TEST_F(MtcTrain, ShortRunPrintsProgressAndSummary) {
   const std::string summary = r.out.substr(at);
   char model[32];
   int batch, iterations;
-  double sec, sps, loss;
+  double sec, median, least, sps, loss;
   unsigned long long peak;
   ASSERT_EQ(std::sscanf(summary.c_str(),
-                        "summary model=%31s batch=%d iterations=%d sec_per_iter=%lf samples_per_sec=%lf "
-                        "final_loss=%lf peak_compute_bytes=%llu",
-                        model, &batch, &iterations, &sec, &sps, &loss, &peak),
-            7)
+                        "summary model=%31s batch=%d iterations=%d sec_per_iter=%lf median_sec_per_iter=%lf "
+                        "min_sec_per_iter=%lf samples_per_sec=%lf final_loss=%lf peak_compute_bytes=%llu",
+                        model, &batch, &iterations, &sec, &median, &least, &sps, &loss, &peak),
+            9)
       << summary;
   EXPECT_STREQ(model, "mlp");
   EXPECT_EQ(batch, 8);
   EXPECT_EQ(iterations, 3);
   EXPECT_GT(sec, 0);
+  // Of three timed iterations: the least is at most the median, the median at most the
+  // largest (3 x mean - the other two, so at most 3 x mean - 2 x least).
+  EXPECT_GT(least, 0);
+  EXPECT_LE(least, median + 1e-4);
+  EXPECT_LE(least, sec + 1e-4);
+  EXPECT_LE(median, 3 * sec - 2 * least + 2e-4);
   EXPECT_NEAR(sps, 8 / sec, 0.01 * sps + 0.1);
   EXPECT_GT(loss, 0);
   EXPECT_GT(peak, 7000000u) << "the MLP's 1.84M parameters alone take 7.4 MB";
