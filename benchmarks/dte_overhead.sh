@@ -47,19 +47,8 @@ while [ $# -gt 0 ]; do
     *) mtc_train=$1; shift ;;
   esac
 done
-for n in batch threads iterations warmup repeat; do
-  min=1
-  if [ "$n" = warmup ]; then min=0; fi
-  if [[ ! ${!n} =~ ^[0-9]+$ ]] || [ "${!n}" -lt "$min" ]; then
-    echo "--$n must be an integer >= $min, got '${!n}'" >&2
-    exit 2
-  fi
-done
-case "$stat" in
-  min|median) key=${stat}_sec_per_iter ;;
-  mean) key=sec_per_iter ;;
-  *) echo "--stat must be min, median or mean, got '$stat'" >&2; exit 2 ;;
-esac
+need_counts batch threads iterations warmup repeat
+key=$(stat_key "$stat")
 need_mtc_train "$mtc_train"
 
 logs=$(mktemp -d)

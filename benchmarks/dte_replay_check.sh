@@ -29,17 +29,8 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
 done
-for n in threads iterations warmup repeat; do
-  if [[ ! ${!n} =~ ^[0-9]+$ ]] || { [ "$n" != warmup ] && [ "${!n}" -lt 1 ]; }; then
-    echo "--$n must be a whole number (at least 1, or 0 for --warmup), got '${!n}'" >&2
-    exit 2
-  fi
-done
-case "$stat" in
-  min|median) key=${stat}_sec_per_iter ;;
-  mean) key=sec_per_iter ;;
-  *) echo "--stat must be min, median or mean, got '$stat'" >&2; exit 2 ;;
-esac
+need_counts threads iterations warmup repeat
+key=$(stat_key "$stat")
 need_mtc_train "$mtc_train"
 [ -x "$mtc_replay" ] || { echo "no $mtc_replay: build mtc first" >&2; exit 2; }
 export OMP_NUM_THREADS=$threads

@@ -43,3 +43,27 @@ need_mtc_train() {
     exit 2
   fi
 }
+
+# need_counts NAME...: exits 2 unless each variable NAME holds a whole number, at least 1
+# (at least 0 for warmup); the message names the flag --NAME.
+need_counts() {
+  local n min
+  for n in "$@"; do
+    min=1
+    if [ "$n" = warmup ]; then min=0; fi
+    if [[ ! ${!n} =~ ^[0-9]+$ ]] || [ "${!n}" -lt "$min" ]; then
+      echo "--$n must be an integer >= $min, got '${!n}'" >&2
+      exit 2
+    fi
+  done
+}
+
+# stat_key STAT: the summary field that --stat STAT compares (min: min_sec_per_iter,
+# median: median_sec_per_iter, mean: sec_per_iter); exits 2 for anything else.
+stat_key() {
+  case "$1" in
+    min|median) echo "${1}_sec_per_iter" ;;
+    mean) echo sec_per_iter ;;
+    *) echo "--stat must be min, median or mean, got '$1'" >&2; exit 2 ;;
+  esac
+}
