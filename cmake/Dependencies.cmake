@@ -7,12 +7,24 @@ find_package(absl REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(dnnl REQUIRED)
 
-find_path(MTC_CBLAS_INCLUDE cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-pthread NO_DEFAULT_PATH)
-find_path(MTC_CBLAS_INCLUDE cblas.h)
-find_library(MTC_OPENBLAS_LIB NAMES openblas REQUIRED)
+# OpenBLAS built on OpenMP, when there is one (Debian: libopenblas-openmp-dev): then BLAS
+# calls run on the same OpenMP threads as mtc's own kernels and oneDNN's. The pthreads
+# build keeps a second pool of threads that spin while OpenMP's do, and on a machine
+# with as many cores as threads the two pools take turns: vit_tiny ran 1.8x slower.
+# Build-tree binaries find it by RPATH (it is not in the loader's default directories).
+find_path(MTC_OPENBLAS_INCLUDE cblas.h
+          PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/x86_64-linux-gnu/openblas-pthread
+          NO_DEFAULT_PATH)
+find_path(MTC_OPENBLAS_INCLUDE cblas.h)
+find_library(MTC_OPENBLAS_LIBRARY NAMES openblas PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp NO_DEFAULT_PATH)
+find_library(MTC_OPENBLAS_LIBRARY NAMES openblas REQUIRED)
+if(NOT MTC_OPENBLAS_LIBRARY MATCHES "openblas-openmp")
+  message(WARNING "OpenBLAS is not the OpenMP build (${MTC_OPENBLAS_LIBRARY}): its own threads will contend "
+                  "with OpenMP's on the CPU device. On Debian: apt-get install libopenblas-openmp-dev")
+endif()
 add_library(mtc_openblas INTERFACE)
-target_include_directories(mtc_openblas INTERFACE ${MTC_CBLAS_INCLUDE})
-target_link_libraries(mtc_openblas INTERFACE ${MTC_OPENBLAS_LIB})
+target_include_directories(mtc_openblas INTERFACE ${MTC_OPENBLAS_INCLUDE})
+target_link_libraries(mtc_openblas INTERFACE ${MTC_OPENBLAS_LIBRARY})
 
 set(MTC_HAVE_MPI OFF)
 if(MTC_WITH_MPI)
@@ -78,7 +90,7 @@ function(mtc_report name have detail)
   endif()
 endfunction()
 message(STATUS "mtc dependencies:")
-message(STATUS "  [found]   abseil, OpenBLAS (${MTC_OPENBLAS_LIB}), oneDNN ${dnnl_VERSION}, nlohmann-json, OpenMP")
+message(STATUS "  [found]   abseil, OpenBLAS (${MTC_OPENBLAS_LIBRARY}), oneDNN ${dnnl_VERSION}, nlohmann-json, OpenMP")
 mtc_report("MPI" MTC_HAVE_MPI "(${MPI_CXX_COMPILER})")
 mtc_report("CUDA" MTC_HAVE_CUDA "(${CMAKE_CUDA_COMPILER}, sm_${CMAKE_CUDA_ARCHITECTURES})")
 mtc_report("cuDNN" MTC_HAVE_CUDNN "(${MTC_CUDNN_LIB})")

@@ -6,7 +6,7 @@
 # Run directly (scripts/deps.sh [--torch]) it just installs.
 
 MTC_DEPS=(cmake ninja-build g++ libabsl-dev libgtest-dev libbenchmark-dev libopenblas-dev
-          libdnnl-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin)
+          libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin)
 MTC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 mtc_install_deps() {
