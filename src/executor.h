@@ -103,6 +103,7 @@ class Executor {
   }
   absl::Status snapshot_before_mutation(TensorRecord& x);  // Note [Copy on mutate]
   void measure_bandwidth();
+  void note_swap_copy(size_t bytes, double us);
   std::unique_ptr<std::byte[]> take_host_buffer(size_t bytes);
   void give_host_buffer(size_t bytes, std::unique_ptr<std::byte[]> b);
   TensorRecord* find(uint64_t id) {
@@ -119,7 +120,9 @@ class Executor {
   absl::node_hash_map<uint64_t, TensorRecord> records_;
   std::vector<TensorRecord*> candidates_;  // resident, evictable, not below the size floor
   std::mt19937_64 sample_rng_{0x5eed};
-  double bytes_per_us_ = 0;  // gamma: host <-> device copy bandwidth, measured once
+  double bytes_per_us_ = 0;  // gamma: host <-> device copy bandwidth (see note_swap_copy)
+  bool refine_gamma_ = false;  // gamma was measured at start-up, so swaps may refine it
+  double copied_bytes_ = 0, copied_us_ = 0;  // real swap copies so far, both directions
   uint64_t op_clock_ = 0;    // ApplyOps executed so far: the staleness clock
   static constexpr uint64_t kSnapshotIdBase = uint64_t{1} << 62;  // above any handle's id
   uint64_t next_snapshot_ = 0;
