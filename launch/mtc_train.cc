@@ -312,10 +312,12 @@ int run(const Flags& f) {
   const size_t mid = sorted.size() / 2;
   const double median_sec = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
   std::printf(
-      "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f median_sec_per_iter=%.4f min_sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f "
-      "peak_compute_bytes=%zu evict_drop=%llu evict_swap=%llu recomputes=%llu recompute_sec=%.4f "
-      "swapped_bytes=%llu search_sec=%.4f compute_sec=%.4f swap_sec=%.4f\n",
-      f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(), f.batch / sec_per_iter, loss_value, peak,
+      "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f median_sec_per_iter=%.4f "
+      "min_sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f peak_compute_bytes=%zu "
+      "evict_drop=%llu evict_swap=%llu recomputes=%llu recompute_sec=%.4f swapped_bytes=%llu "
+      "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f\n",
+      f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(),
+      f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
       static_cast<unsigned long long>(ev_end.evict_swap - ev_start.evict_swap),
       static_cast<unsigned long long>(ev_end.recomputes - ev_start.recomputes),
