@@ -2,27 +2,32 @@
 # Does mtc-replay predict what DTE really costs? For each model: mtc-train once without
 # eviction, recording a trace (--record-trace), for the peak P; mtc-replay of the trace at
 # budgets of 80, 50, 35 and 25% of P in bytes; then --repeat interleaved rounds of real
-# runs, each round running once without eviction and once at each budget. A real time is
-# the least, over the rounds, of a run's least time per iteration (min_sec_per_iter;
-# --stat median or mean for the others): other work on the machine only adds time.
-# Prints per budget the real overhead (time per iteration over the unlimited run's), the
-# replayed overhead ((compute + recompute + swap) / compute) and their difference
-# relative to the real overhead; PASS when every difference is within 10% (TOLERANCE=0.10).
+# runs, each round running once without eviction and once at each budget. Per budget it
+# prints the replayed overhead ((compute + recompute + swap) / compute) beside two real
+# ones, each with its difference relative to the real figure:
+#   accounted: the same formula over the real runs' own counters (compute_sec,
+#     recompute_sec, swap_sec of the summary line, summed over the rounds);
+#   wall: the real time per iteration over the unlimited run's, each the least over the
+#     rounds of min_sec_per_iter (--stat median or mean for the others). This one also
+#     holds what neither formula counts: bookkeeping, and on the CPU the kernels' own
+#     speed-up when a budget keeps their memory in cache (docs/dte.md).
+# PASS when every difference in the --judge column (accounted, or wall) is within 10%
+# (TOLERANCE=0.10).
 # Exit: 0 PASS, 1 FAIL, 2 usage error or a run failed.
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 [--threads 2] [--iterations 8] [--warmup 2] [--repeat 3] [--stat min] [--policy mtc] [--models \"resnet56:64 vit_tiny:32\"]"
+  echo "usage: $0 [--threads 2] [--iterations 8] [--warmup 2] [--repeat 3] [--stat min] [--judge accounted] [--policy mtc] [--models \"resnet56:64 vit_tiny:32\"]"
 }
 
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train mtc_replay=build/launch/mtc-replay
-threads=2 iterations=8 warmup=2 repeat=3 stat=min policy=mtc models="resnet56:64 vit_tiny:32"
+threads=2 iterations=8 warmup=2 repeat=3 stat=min judge=accounted policy=mtc models="resnet56:64 vit_tiny:32"
 tolerance=${TOLERANCE:-0.10}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --threads|--iterations|--warmup|--repeat|--stat|--policy|--models)
+    --threads|--iterations|--warmup|--repeat|--stat|--judge|--policy|--models)
       [ $# -ge 2 ] || { echo "$1 needs a value" >&2; usage >&2; exit 2; }
       declare "${1#--}=$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -31,6 +36,10 @@ while [ $# -gt 0 ]; do
 done
 need_counts threads iterations warmup repeat
 key=$(stat_key "$stat")
+case "$judge" in
+  accounted|wall) ;;
+  *) echo "--judge must be accounted or wall, got '$judge'" >&2; exit 2 ;;
+esac
 need_mtc_train "$mtc_train"
 [ -x "$mtc_replay" ] || { echo "no $mtc_replay: build mtc first" >&2; exit 2; }
 export OMP_NUM_THREADS=$threads
@@ -52,40 +61,48 @@ for spec in $models; do
   budget_list=$(IFS=,; echo "${budgets[*]}")
   replay_out=$("$mtc_replay" --trace "$trace" --policy "$policy" --skip "$warmup" --budget "$budget_list") ||
     { echo "$replay_out" >&2; exit 2; }
-  # best[none|BYTES]: the least $key over the rounds.
-  declare -A best=()
+  # best[none|BYTES]: the least $key over the rounds; acc[BYTES]: the real runs' compute,
+  # recompute and swap seconds, summed over the rounds.
+  declare -A best=() acc=()
   for ((round = 1; round <= repeat; round++)); do
     for b in none "${budgets[@]}"; do
       echo "$model round $round/$repeat budget $b" >&2
       if [ "$b" = none ]; then flags=(--evict_policy none); else flags=(--evict_policy "$policy" --budget "$b"); fi
       run_logged "$logs/b.log" "$mtc_train" "${common[@]}" "${flags[@]}" ||
         { show_tail "$model at budget $b: the run failed" "$logs/b.log"; exit 2; }
-      t=$(field "$(summary_line "$logs/b.log")" "$key")
+      line=$(summary_line "$logs/b.log")
+      t=$(field "$line" "$key")
       if [ -z "${best[$b]:-}" ] || awk -v a="$t" -v b="${best[$b]}" 'BEGIN { exit !(a < b) }'; then
         best[$b]=$t
       fi
+      acc[$b]=$(awk -v s="${acc[$b]:-0 0 0}" -v c="$(field "$line" compute_sec)" \
+        -v r="$(field "$line" recompute_sec)" -v w="$(field "$line" swap_sec)" \
+        'BEGIN { split(s, a, " "); printf "%.6f %.6f %.6f", a[1] + c, a[2] + r, a[3] + w }')
     done
   done
   t0=${best[none]}
   printf '\n%s batch %d: unlimited %.4f s/iter (%s, best of %d rounds), peak %.1f MiB, policy %s\n' \
     "$model" "$batch" "$t0" "$key" "$repeat" "$(awk -v p="$peak" 'BEGIN{print p/1048576}')" "$policy"
-  printf '%-7s %10s %10s %13s %15s %10s\n' budget MiB s/iter real_overhead replay_overhead rel_diff
+  printf '%-7s %8s %8s | %9s %7s | %8s %7s %7s | %s\n' budget MiB replay accounted diff s/iter wall diff \
+    "verdict ($judge)"
   i=0
   for pct in 80 50 35 25; do
     b=${budgets[$i]}
     i=$((i + 1))
-    t=${best[$b]}
     # mtc-replay's row for budget b (its first column is the budget as given): overhead is column 3.
     r=$(awk -v b="$b" '$1 == b {print $3}' <<<"$replay_out")
-    read -r real diff ok < <(awk -v t="$t" -v t0="$t0" -v r="$r" -v tol="$tolerance" 'BEGIN{
-      real = t / t0; d = (r - real) / real; ok = (r != "-" && r != "" && (d < 0 ? -d : d) <= tol) ? "ok" : "MISS";
-      printf "%.3f %+.3f %s\n", real, d, ok }')
+    read -r accounted adiff wall wdiff ok < <(awk -v t="${best[$b]}" -v t0="$t0" -v r="$r" -v s="${acc[$b]}" \
+      -v tol="$tolerance" -v judge="$judge" 'BEGIN{
+      split(s, a, " "); acc = (a[1] + a[2] + a[3]) / a[1]; wall = t / t0;
+      ad = (r - acc) / acc; wd = (r - wall) / wall; d = (judge == "wall") ? wd : ad;
+      ok = (r != "-" && r != "" && (d < 0 ? -d : d) <= tol) ? "ok" : "MISS";
+      printf "%.3f %+.3f %.3f %+.3f %s\n", acc, ad, wall, wd, ok }')
     [ "$ok" = ok ] || verdict=FAIL
-    printf '%-7s %10.1f %10.4f %13s %15s %10s %s\n' "$pct%" "$(awk -v b="$b" 'BEGIN{print b/1048576}')" "$t" \
-      "$real" "$r" "$diff" "$ok"
+    printf '%-7s %8.1f %8s | %9s %7s | %8.4f %7s %7s | %s\n' "$pct%" \
+      "$(awk -v b="$b" 'BEGIN{print b/1048576}')" "$r" "$accounted" "$adiff" "${best[$b]}" "$wall" "$wdiff" "$ok"
   done
-  unset best
+  unset best acc
 done
 echo
-echo "replay within $(awk -v t="$tolerance" 'BEGIN{print t*100}')% of the real overhead at every budget: $verdict"
+echo "replay within $(awk -v t="$tolerance" 'BEGIN{print t*100}')% of the real ($judge) overhead at every budget: $verdict"
 [ "$verdict" = PASS ]
