@@ -19,8 +19,8 @@ usage: $0 [MTC_TRAIN] [--model resnet110] [--memory 1GiB] [--comm_memory auto] [
           [-- MTC_TRAIN_FLAGS...]
 MTC_TRAIN defaults to build/launch/mtc-train. --max-batch caps both searches (a maximum
 at the cap is a lower bound). --run-timeout is in seconds per mtc-train run. Bisection
-stops once the failing batch is within --resolution percent above the largest success. Flags after
--- go to every run. TARGET (default 4) is the smallest passing ratio mtc/none.
+stops once the failing batch is within --resolution percent above the largest success.
+Flags after -- go to every run. TARGET (default 4) is the smallest passing ratio mtc/none.
 EOF
 }
 

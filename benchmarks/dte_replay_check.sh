@@ -9,8 +9,8 @@
 #     recompute_sec, swap_sec of the summary line, summed over the rounds);
 #   wall: the real time per iteration over the unlimited run's, each the least over the
 #     rounds of min_sec_per_iter (--stat median or mean for the others). This one also
-#     holds what neither formula counts: bookkeeping, and on the CPU the kernels' own
-#     speed-up when a budget keeps their memory in cache (docs/dte.md).
+#     holds what neither formula counts: bookkeeping, and on the CPU any change in the
+#     kernels' own speed under a budget (docs/dte.md, open problems).
 # PASS when every difference in the --judge column (accounted, or wall) is within 10%
 # (TOLERANCE=0.10).
 # Exit: 0 PASS, 1 FAIL, 2 usage error or a run failed.
