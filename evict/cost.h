@@ -4,7 +4,8 @@
 //   h(t) = min(C_r, C_s) * beta^ret / ((m + M_left + M_right) * s)
 // C_r: t's compute time plus its evicted neighbourhood's (the union-find classes of
 // evicted tensors next to t, as DTR's e*); C_s = m / gamma, the time to swap t out and
-// back; ret: how often t was recomputed; m: t's bytes; M_left, M_right: free bytes
+// back, with gamma the round-trip bandwidth (the executor passes 2 m / the one-way copy
+// bandwidth: a swap is two copies, and on the CPU both block); ret: how often t was recomputed; m: t's bytes; M_left, M_right: free bytes
 // touching t's block, so evictions that merge into large free blocks are preferred;
 // s: staleness (ops since t was last used). The smallest h is evicted, by swap when
 // C_s < C_r, else by drop. Baselines: dtr (C_r / (m * s), always drop), lru (stalest),
@@ -23,7 +24,7 @@ struct CandidateStats {
   size_t bytes = 0;
   double compute_us = 0;        // c(t): its op's measured time
   double neighbourhood_us = 0;  // compute time of the evicted tensors next to it
-  double swap_us = 0;           // C_s = bytes / gamma
+  double swap_us = 0;           // C_s = bytes / gamma, gamma the round-trip bandwidth
   uint32_t recompute_count = 0;
   double staleness = 1;         // ops since its last use, at least 1
   size_t free_left = 0, free_right = 0;
