@@ -83,7 +83,7 @@ class Executor {
   // run: executes path's op on resident inputs into `outs`, timing it.
   absl::Status run(const ComputePath& path, std::span<const TensorView> ins,
                    std::span<const TensorView> outs, bool recomputing, double* us);
-  bool evict_one();
+  bool evict_one(bool fragmented);
   bool droppable(const TensorRecord& r) const;
   void drop(TensorRecord& r);
   bool feeds_dropped(const TensorRecord& r) const;  // Note [Fake delete]
