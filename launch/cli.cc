@@ -6,8 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <string>
+#include <vector>
 
+#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -54,6 +59,21 @@ void check_flag_names(const char* tool, int argc, char** argv) {
       fail(tool, 2, absl::StrCat("unknown flag --", std::string(name), ": see --help for the flags ", tool, " takes"));
     }
     if (!has_value && !flag->IsOfType<bool>()) ++i;  // "--batch 64": skip the value
+  }
+}
+
+void parse_flags(const char* tool, const char* source, const char* usage, int argc, char** argv) {
+  absl::FlagsUsageConfig config;
+  const std::string file_tag = source;
+  config.contains_help_flags = [file_tag](absl::string_view file) { return absl::StrContains(file, file_tag); };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(usage);
+  normalize_flag_names(argc, argv);
+  check_flag_names(tool, argc, argv);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    fail(tool, 2, absl::StrCat("unexpected argument '", rest[1], "': expected only --flags (see --help)"));
   }
 }
 

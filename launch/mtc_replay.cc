@@ -7,10 +7,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -125,18 +121,9 @@ int run() {
 }  // namespace mtc
 
 int main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "mtc_replay"); };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
-      "replays an mtc trace through DTE at several budgets and prints overhead, peak and out-of-memory.\n"
-      "  mtc-replay --trace=resnet56.jsonl --budget=0.8,0.5,0.35,0.25 --policy=mtc");
-  mtc::cli::normalize_flag_names(argc, argv);
-  mtc::cli::check_flag_names("mtc-replay", argc, argv);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    mtc::fail(2, absl::StrCat("unexpected argument '", rest[1], "': expected only --flags (see --help)"));
-  }
+  mtc::cli::parse_flags("mtc-replay", "mtc_replay",
+                         "replays an mtc trace through DTE at several budgets and prints overhead, peak and "
+                         "out-of-memory.\n"
+                         "  mtc-replay --trace=resnet56.jsonl --budget=0.8,0.5,0.35,0.25 --policy=mtc", argc, argv);
   return mtc::run();
 }

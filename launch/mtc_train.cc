@@ -12,10 +12,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -335,21 +332,9 @@ int run(const Flags& f) {
 }  // namespace mtc
 
 int main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage;
-  // --help lists this file's flags (absl matches the program name by default, and
-  // "mtc-train" is not "mtc_train").
-  usage.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "mtc_train"); };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
-      "trains a model on the mtc runtime and reports loss, throughput and peak memory.\n"
-      "  mtc-train --model=resnet56 --batch=64 --iterations=20 [--data=cifar10:PATH] [--memory=2GiB]");
-  mtc::cli::normalize_flag_names(argc, argv);
-  mtc::cli::check_flag_names("mtc-train", argc, argv);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    mtc::fail(mtc::kBadValue,
-              absl::StrCat("unexpected argument '", rest[1], "': expected only --flags (see --help)"));
-  }
+  mtc::cli::parse_flags("mtc-train", "mtc_train",
+                         "trains a model on the mtc runtime and reports loss, throughput and peak memory.\n"
+                         "  mtc-train --model=resnet56 --batch=64 --iterations=20 [--data=cifar10:PATH] "
+                         "[--memory=2GiB]", argc, argv);
   return mtc::run(mtc::read_flags());
 }
