@@ -2,14 +2,22 @@
 # What DTE costs: mtc-train once without eviction (--evict_policy=none) for the
 # compute-region peak P, then --repeat rounds, each running every configuration once in
 # turn: no eviction, and --budget at 80, 50, 35 and 25% of P under the mtc and the dtr
-# policies. A configuration's time is the least, over the rounds, of its runs' least time
-# per iteration (min_sec_per_iter; --stat median or mean for the others): other work on
-# the machine only ever adds time, and interleaving spreads a slow spell over all
-# configurations rather than onto one. Prints one table (time per iteration, overhead over
-# the unlimited run, evictions, recomputes, eviction search time as a share of the
-# iteration) and a verdict per target:
-#   mtc's overhead at 35% of P at most 1.3;
-#   mtc no slower than dtr at every budget, within 3% for measurement noise;
+# policies. Two overheads per configuration, both against the unlimited run:
+#   overhead: the least, over the rounds, of its runs' least time per iteration
+#     (min_sec_per_iter; --stat median or mean for the others), over the unlimited run's.
+#     Other work on the machine only ever adds time, and interleaving spreads a slow spell
+#     over all configurations rather than onto one.
+#   drift-free: the median over the rounds of wall time / compute_sec (the time in the
+#     program's own ops, measured in the same run), over the unlimited run's. This machine's
+#     speed drifts by 20% and more within seconds, far more than what separates two
+#     policies; the program's own ops are the same work in every configuration, so their
+#     measured time is the run's own clock of how fast the machine was, and the ratio
+#     keeps only what eviction added: recomputes, swaps, search and bookkeeping.
+# Prints one table (time per iteration, both overheads, evictions, recomputes, eviction
+# search time as a share of the iteration) and a verdict per target:
+#   mtc's overhead at 35% of P at most 1.3 (both overheads must meet it);
+#   mtc no slower than dtr at every budget, within 3% for measurement noise, judged on the
+#     drift-free overheads (the ratio of the plain ones is printed beside it);
 #   mtc's search time under 2% of the iteration time at 25% of P.
 # A budgeted run that fails shows as OOM or FAIL in the table (and fails the targets that
 # need it). Exit: 0 all targets PASS, 1 one FAILs, 2 usage error or the unlimited run failed.
@@ -99,8 +107,9 @@ fi
 pcts=(80 50 35 25)
 policies=(mtc dtr)
 # result[config] -> the summary line of its fastest run so far, or OOM or FAIL (a
-# configuration that failed once is not run again). Configurations: base, PCT:POLICY.
-declare -A result
+# configuration that failed once is not run again); drift[config] -> each round's wall
+# time / compute_sec, space-separated. Configurations: base, PCT:POLICY.
+declare -A result drift
 configs=(base)
 for pct in "${pcts[@]}"; do for policy in "${policies[@]}"; do configs+=("$pct:$policy"); done; done
 for ((round = 1; round <= repeat; round++)); do
@@ -113,6 +122,9 @@ for ((round = 1; round <= repeat; round++)); do
     else
       pct=${c%%:*} policy=${c##*:}
       line=$(run_once "$policy-$pct" --budget="$((peak * pct / 100))B" --evict_policy="$policy")
+    fi
+    if [[ $line == summary* ]]; then
+      drift[$c]+=" $(wall_over_compute "$line" "$iterations")"
     fi
     if [[ $line != summary* ]] || [ -z "$prev" ] || awk -v a="$(field "$line" "$key")" \
          -v b="$(field "$prev" "$key")" 'BEGIN { exit !(a < b) }'; then
@@ -127,31 +139,38 @@ case "$base" in
 esac
 base_sec=$(field "$base" "$key")
 
-# cells LINE: sec/iter, overhead, evictions, recomputes and search % of the iteration
-# time for one run, or its failure and dashes.
+base_drift=$(median_of "${drift[base]}")
+# drift_free C: configuration C's drift-free overhead: the median of its per-round wall
+# time / compute_sec over the unlimited run's.
+drift_free() { awk -v a="$(median_of "${drift[$1]}")" -v b="$base_drift" 'BEGIN { printf "%.3f", a / b }'; }
+
+# cells CONFIG: sec/iter, overhead, drift-free overhead, evictions, recomputes and search %
+# of the iteration time for one configuration's fastest run, or its failure and dashes.
 cells() {
-  case "$1" in
+  local line=${result[$1]}
+  case "$line" in
     summary*)
-      awk -v s="$(field "$1" "$key")" -v b="$base_sec" -v n="$iterations" \
-          -v d="$(field "$1" evict_drop)" -v w="$(field "$1" evict_swap)" \
-          -v r="$(field "$1" recomputes)" -v q="$(field "$1" search_sec)" -v m="$(field "$1" sec_per_iter)" \
-          'BEGIN { printf "%9.4f %8.3f %10d %10d %8.2f", s, s / b, d + w, r, 100 * q / (m * n) }' ;;
-    *) printf '%9s %8s %10s %10s %8s' "$1" - - - - ;;
+      awk -v s="$(field "$line" "$key")" -v b="$base_sec" -v n="$iterations" -v a="$(drift_free "$1")" \
+          -v d="$(field "$line" evict_drop)" -v w="$(field "$line" evict_swap)" \
+          -v r="$(field "$line" recomputes)" -v q="$(field "$line" search_sec)" -v m="$(field "$line" sec_per_iter)" \
+          'BEGIN { printf "%9.4f %8.3f %6.3f %6d %6d %7.2f", s, s / b, a, d + w, r, 100 * q / (m * n) }' ;;
+    *) printf '%9s %8s %6s %6s %6s %7s' "$line" - - - - - ;;
   esac
 }
-header=$(printf '%9s %8s %10s %10s %8s' s/iter overhead evictions recomputes search%)
+header=$(printf '%9s %8s %6s %6s %6s %7s' s/iter overhead drift evicts recomp search%)
 echo
 echo "$model, batch $batch, $threads threads, $iterations iterations after $warmup warm-up, best of $repeat rounds;" \
      "unlimited: $base_sec s/iter, peak_compute_bytes P = $peak"
-printf '%-7s %12s | %-49s | %s\n' "" "" "mtc" "dtr"
+printf '%-7s %12s | %-48s | %s\n' "" "" "mtc" "dtr"
 printf '%-7s %12s | %s | %s\n' "budget" "bytes" "$header" "$header"
-printf '%-7s %12s | %s | %s\n' "none" "$peak" "$(cells "$base")" "(the unlimited run, --evict_policy=none)"
+printf '%-7s %12s | %s | %s\n' "none" "$peak" "$(cells base)" "(the unlimited run, --evict_policy=none)"
 for pct in "${pcts[@]}"; do
   printf '%-7s %12s | %s | %s\n' "$pct%" "$((peak * pct / 100))" \
-    "$(cells "${result[$pct:mtc]}")" "$(cells "${result[$pct:dtr]}")"
+    "$(cells "$pct:mtc")" "$(cells "$pct:dtr")"
 done
 echo "(s/iter: $key of the fastest round; overhead: s/iter / unlimited s/iter;" \
-     "evictions: evict_drop + evict_swap; search%: search_sec / ($iterations x sec_per_iter);" \
+     "drift: drift-free overhead, the median over rounds of sec_per_iter x $iterations / compute_sec," \
+     "over the unlimited run's; evicts: evict_drop + evict_swap; search%: search_sec / ($iterations x sec_per_iter);" \
      "totals over the timed iterations of that round)"
 echo
 
@@ -163,23 +182,26 @@ verdict() {
   echo "$1: $2 $v"
 }
 
-# 1. mtc's overhead at 35%.
+# 1. mtc's overhead at 35%: the plain and the drift-free one.
 line=${result[35:mtc]}
 if [[ $line == summary* ]]; then
   r=$(awk -v s="$(field "$line" "$key")" -v b="$base_sec" 'BEGIN { printf "%.3f", s / b }')
-  verdict "mtc overhead at 35% (target <= $target_overhead)" "$r" \
-    "$(awk -v r="$r" -v t="$target_overhead" 'BEGIN { print (r <= t) }')"
+  a=$(drift_free 35:mtc)
+  verdict "mtc overhead at 35% (target <= $target_overhead, plain and drift-free)" "$r, drift-free $a" \
+    "$(awk -v r="$r" -v a="$a" -v t="$target_overhead" 'BEGIN { print (r <= t && a <= t) }')"
 else
-  verdict "mtc overhead at 35% (target <= $target_overhead)" "$line" 0
+  verdict "mtc overhead at 35% (target <= $target_overhead, plain and drift-free)" "$line" 0
 fi
 
-# 2. mtc against dtr at every budget: mtc's time at most dtr's x (1 + noise). A budget
-# where dtr failed and mtc ran counts for mtc; one where mtc failed and dtr ran, against.
-worst="" pass=1
+# 2. mtc against dtr at every budget: mtc's drift-free overhead at most dtr's x (1 + noise).
+# A budget where dtr failed and mtc ran counts for mtc; one where mtc failed and dtr ran,
+# against.
+worst="" plain="" pass=1
 for pct in "${pcts[@]}"; do
   m=${result[$pct:mtc]} d=${result[$pct:dtr]}
   if [[ $m == summary* && $d == summary* ]]; then
-    r=$(awk -v m="$(field "$m" "$key")" -v d="$(field "$d" "$key")" 'BEGIN { printf "%.3f", m / d }')
+    r=$(awk -v m="$(drift_free "$pct:mtc")" -v d="$(drift_free "$pct:dtr")" 'BEGIN { printf "%.3f", m / d }')
+    plain+=" $pct%:$(awk -v m="$(field "$m" "$key")" -v d="$(field "$d" "$key")" 'BEGIN { printf "%.3f", m / d }')"
     worst+=" $pct%:$r"
     awk -v r="$r" -v n="$noise" 'BEGIN { exit !(r <= 1 + n) }' || pass=0
   elif [[ $m == summary* ]]; then
@@ -190,7 +212,8 @@ for pct in "${pcts[@]}"; do
     worst+=" $pct%:both-failed"
   fi
 done
-verdict "mtc no worse than dtr at every budget (mtc/dtr sec/iter <= 1+$noise, $noise for noise)" \
+echo "mtc/dtr, plain overheads (s/iter), for reference:${plain}"
+verdict "mtc no worse than dtr at every budget (mtc/dtr drift-free overhead <= 1+$noise, $noise for noise)" \
   "${worst# }" "$pass"
 
 # 3. mtc's search time at 25%.

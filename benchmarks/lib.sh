@@ -67,3 +67,19 @@ stat_key() {
     *) echo "--stat must be min, median or mean, got '$1'" >&2; exit 2 ;;
   esac
 }
+
+# median_of "V1 V2 ...": the median of the numbers (the mean of the middle two for an even
+# count); status 1 when there are none.
+median_of() {
+  tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; printf "%.6f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# wall_over_compute LINE ITERATIONS: a summary line's wall time over its compute_sec
+# (sec_per_iter x ITERATIONS / compute_sec), 0 when compute_sec is 0. The program's own ops
+# are the same work under every budget, so this is the run's time measured on its own
+# clock: a machine whose speed drifts scales both sides alike.
+wall_over_compute() {
+  awk -v s="$(field "$1" sec_per_iter)" -v n="$2" -v c="$(field "$1" compute_sec)" \
+    'BEGIN { printf "%.6f", (c > 0 ? s * n / c : 0) }'
+}
