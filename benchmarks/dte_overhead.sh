@@ -174,13 +174,7 @@ echo "(s/iter: $key of the fastest round; overhead: s/iter / unlimited s/iter;" 
      "totals over the timed iterations of that round)"
 echo
 
-ok=1
-# verdict NAME VALUE PASS?: one line per target.
-verdict() {
-  local v=FAIL
-  if [ "$3" = 1 ]; then v=PASS; else ok=0; fi
-  echo "$1: $2 $v"
-}
+ok=1  # verdict (lib.sh) clears it on a FAIL
 
 # 1. mtc's overhead at 35%: the plain and the drift-free one.
 line=${result[35:mtc]}

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Shell functions the benchmark scripts share; source it (". benchmarks/lib.sh"). It
-# defines functions only and changes no option or variable of the script that sources it.
+# defines functions only and changes no option or variable of the script that sources it,
+# except verdict, which clears the caller's `ok` on a FAIL.
 
 # run_logged LOG CMD...: runs CMD with its stdout and stderr in LOG; returns CMD's status.
 run_logged() {
@@ -82,4 +83,12 @@ median_of() {
 wall_over_compute() {
   awk -v s="$(field "$1" sec_per_iter)" -v n="$2" -v c="$(field "$1" compute_sec)" \
     'BEGIN { printf "%.6f", (c > 0 ? s * n / c : 0) }'
+}
+
+# verdict NAME VALUE PASS?: prints "NAME: VALUE PASS" when PASS? is 1, else "... FAIL" and
+# sets the caller's variable ok to 0 (one line per target of a benchmark).
+verdict() {
+  local v=FAIL
+  if [ "$3" = 1 ]; then v=PASS; else ok=0; fi
+  echo "$1: $2 $v"
 }
