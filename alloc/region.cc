@@ -118,6 +118,26 @@ size_t Region::largest_free() const {
   return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
 }
 
+absl::StatusOr<Block> Region::allocate_lowest(size_t bytes) {
+  const std::optional<Block> b = lowest_free(round_up(bytes));
+  if (!b) return allocate(bytes);  // its error names the request and the region's state
+  return allocate_at(b->offset, bytes);
+}
+
+std::optional<Block> Region::lowest_free(size_t bytes) const {
+  for (const auto& [offset, size] : free_by_addr_) {
+    if (size >= bytes) return Block{offset, size};
+  }
+  return std::nullopt;
+}
+
+size_t Region::live_end() const {
+  if (live_.empty()) return 0;
+  if (free_by_addr_.empty()) return capacity_;
+  const auto& [offset, size] = *free_by_addr_.rbegin();
+  return offset + size == capacity_ ? offset : capacity_;
+}
+
 RegionStats Region::stats() const {
   RegionStats s = stats_;
   s.free_bytes = capacity_ - stats_.allocated;

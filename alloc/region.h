@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -73,6 +74,9 @@ class Region {
 
   // allocate: best fit for `bytes` (rounded up to kAlignment).
   absl::StatusOr<Block> allocate(size_t bytes);
+  // allocate_lowest: first fit: the lowest free block that holds `bytes` (for persistent
+  // tensors, which belong packed at the region's low end).
+  absl::StatusOr<Block> allocate_lowest(size_t bytes);
   // allocate_at: exactly [offset, offset + round_up(bytes)), if that range is free.
   absl::StatusOr<Block> allocate_at(size_t offset, size_t bytes);
   // free: returns a live block; merges it with free neighbours.
@@ -82,6 +86,10 @@ class Region {
   // fits: whether a request of `bytes` could be met now.
   bool fits(size_t bytes) const { return largest_free() >= round_up(bytes); }
   size_t largest_free() const;
+  // live_end: the end offset of the highest live block (0 when none is live).
+  size_t live_end() const;
+  // lowest_free: the lowest free block of at least `bytes`; O(free blocks).
+  std::optional<Block> lowest_free(size_t bytes) const;
   RegionStats stats() const;
   void reset_peak();
   const std::string& name() const { return name_; }

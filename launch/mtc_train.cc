@@ -66,6 +66,10 @@ ABSL_FLAG(std::string, budget, "none",
           "(e.g. 0.3); none: evict only when an allocation does not fit the region");
 ABSL_FLAG(std::string, evict_policy, "mtc", "DTE: eviction policy: mtc|dtr|lru|largest|capuchin|none");
 ABSL_FLAG(std::string, evict_mode, "both", "DTE: evictions allowed: both|drop|swap");
+ABSL_FLAG(bool, tma, false,
+          "TMA: trace the first --tma_warmup iterations, then place transient tensors at planned offsets");
+ABSL_FLAG(FlagText, tma_warmup, {"5"}, "TMA: iterations traced before the first plan (>= 1)");
+ABSL_FLAG(FlagText, tma_time_limit, {"1"}, "TMA: seconds the planner may take per iteration shape (> 0)");
 ABSL_FLAG(bool, sync, false,
           "run the interpreter synchronously (each op on the calling thread; for debugging)");
 
@@ -180,6 +184,13 @@ Flags read_flags() {
     r.evict.budget_bytes = *b;
   }
   r.trace_path = absl::GetFlag(FLAGS_record_trace);
+  r.tma.enabled = absl::GetFlag(FLAGS_tma);
+  r.tma.warmup_iterations = value_or_exit(int_flag("tma_warmup", absl::GetFlag(FLAGS_tma_warmup), 1));
+  r.tma.plan_time_limit_sec = value_or_exit(real_flag("tma_time_limit", absl::GetFlag(FLAGS_tma_time_limit)));
+  if (!(r.tma.plan_time_limit_sec > 0)) {
+    fail(kBadValue, absl::StrCat("--tma_time_limit '", absl::GetFlag(FLAGS_tma_time_limit).text,
+                                 "': expected a number of seconds > 0"));
+  }
   r.num_threads = f.threads;
   r.synchronous = absl::GetFlag(FLAGS_sync);
   r.seed = f.seed;
@@ -256,6 +267,15 @@ int run(const Flags& f) {
     return *s;
   };
   EvictStats ev_start = f.warmup == 0 ? evict_stats(0) : EvictStats{};
+  // TMA's totals likewise, and the compute region's high-water mark over the timed
+  // iterations (its peak statistics restart when they begin).
+  auto tma_stats = [&](int it) {
+    absl::StatusOr<TmaFigures> s = rt.interpreter().tma_stats();
+    if (!s.ok()) iteration_failed(it, s.status());
+    return *s;
+  };
+  TmaFigures tma_start = f.warmup == 0 ? tma_stats(0) : TmaFigures{};
+  size_t high_water = 0;
   data::HostBatch host = data->next(f.batch);
   const int total = f.warmup + f.iterations;  // iterations 1..warmup are not timed
   EvictStats ev_window = ev_start;  // at the last progress line
@@ -269,7 +289,12 @@ int run(const Flags& f) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss_value = *l;
     seconds.push_back(dt);
-    if (it == f.warmup) ev_start = evict_stats(it);
+    if (it == f.warmup) {
+      ev_start = evict_stats(it);
+      tma_start = tma_stats(it);
+      // The memory figures of the summary cover the timed iterations too.
+      if (absl::Status s = rt.interpreter().reset_peak(); !s.ok()) iteration_failed(it, s);
+    }
     window += dt;
     ++window_iters;
     if (it < total) host = data->next(f.batch);  // host-side data stays out of the timing
@@ -277,6 +302,7 @@ int run(const Flags& f) {
       absl::StatusOr<MemoryStats> m = rt.interpreter().memory_stats();
       if (!m.ok()) iteration_failed(it, m.status());
       peak = m->compute.peak_allocated;
+      high_water = m->compute.high_water;
       const double ms = 1e3 * window / window_iters;
       std::printf("iter %d loss %.6f samples/s %.1f ms %.1f peak_compute %.1f MiB", it, loss_value,
                   f.batch * 1e3 / ms, ms, peak / 1048576.0);
@@ -301,6 +327,7 @@ int run(const Flags& f) {
   double timed = 0;
   for (size_t i = f.warmup; i < seconds.size(); ++i) timed += seconds[i];
   const EvictStats ev_end = evict_stats(total);
+  const TmaFigures tma_end = tma_stats(total);
   const double sec_per_iter = timed / f.iterations;
   // The median and the least too: an iteration slowed by another process moves the mean
   // but not the median, and the least is the time undisturbed by such slow spells.
@@ -312,7 +339,8 @@ int run(const Flags& f) {
       "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f median_sec_per_iter=%.4f "
       "min_sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f peak_compute_bytes=%zu "
       "evict_drop=%llu evict_swap=%llu recomputes=%llu recompute_sec=%.4f swapped_bytes=%llu "
-      "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f\n",
+      "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f high_water_compute_bytes=%zu tma_hits=%llu "
+      "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu\n",
       f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(),
       f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
@@ -321,7 +349,12 @@ int run(const Flags& f) {
       (ev_end.recompute_us - ev_start.recompute_us) * 1e-6,
       static_cast<unsigned long long>(ev_end.swapped_out_bytes - ev_start.swapped_out_bytes),
       (ev_end.search_us - ev_start.search_us) * 1e-6, (ev_end.compute_us - ev_start.compute_us) * 1e-6,
-      (ev_end.swap_us - ev_start.swap_us) * 1e-6);
+      (ev_end.swap_us - ev_start.swap_us) * 1e-6, high_water,
+      static_cast<unsigned long long>(tma_end.hits - tma_start.hits),
+      static_cast<unsigned long long>(tma_end.misses - tma_start.misses),
+      static_cast<unsigned long long>(tma_end.plans),
+      static_cast<unsigned long long>(tma_end.cache_hits - tma_start.cache_hits),
+      static_cast<unsigned long long>(tma_end.cache_lookups - tma_start.cache_lookups));
   std::fflush(stdout);
   if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
   if (!f.runtime.trace_path.empty()) std::printf("trace: %s\n", f.runtime.trace_path.c_str());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "mtc/status.h"
@@ -16,6 +17,7 @@ namespace mtc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr uint64_t kPutKey = 1;  // TMA's op key of a Put (ops are keyed by their schema's address)
 double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
@@ -27,7 +29,7 @@ class ScratchContext final : public KernelContext {
   ScratchContext(Executor& ex, const OpDef& op, bool recomputing)
       : ex_(ex), op_(op), recomputing_(recomputing) {}
   ~ScratchContext() override {
-    for (const alloc::Block& b : blocks_) ex_.device().compute_region().free(b);
+    for (const alloc::Block& b : blocks_) ex_.free_compute(b);
   }
   absl::StatusOr<void*> scratch(size_t bytes) override {
     auto b = ex_.allocate(bytes, [&] { return absl::StrCat("op ", op_.name(), ": scratch space"); });
@@ -52,6 +54,11 @@ class ScratchContext final : public KernelContext {
 
 Executor::Executor(Device& device, ExecutorOptions o)
     : device_(device), opts_(o.evict), trace_(std::move(o.trace)), simulate_(o.simulate), cost_(o.evict) {
+  if (o.tma.enabled) {
+    tma_ = std::make_unique<alloc::Tma>(alloc::TmaOptions{
+        .warmup_iterations = o.tma.warmup_iterations,
+        .plan_time_limit_sec = o.tma.plan_time_limit_sec});
+  }
   if (o.bytes_per_us > 0) {
     bytes_per_us_ = o.bytes_per_us;
   } else if (opts_.reproducible || simulate_) {
@@ -103,7 +110,13 @@ void Executor::set_resident(TensorRecord& r, alloc::Block b) {
 
 void Executor::release_storage(TensorRecord& r) {
   remove_candidate(r);
-  if (r.state == StorageState::kResident) (r.in_comm ? device_.comm_region() : device_.compute_region()).free(r.block);
+  if (r.state == StorageState::kResident) {
+    if (r.in_comm) {
+      device_.comm_region().free(r.block);
+    } else {
+      free_compute(r.block);
+    }
+  }
   r.in_comm = false;
   if (r.state == StorageState::kSwapped) swapped_now_ -= r.desc.bytes();
   if (r.host) give_host_buffer(r.desc.bytes(), std::move(r.host));
@@ -210,7 +223,7 @@ absl::Status Executor::swap_out(TensorRecord& r) {
     note_swap_copy(bytes, us);
   }
   remove_candidate(r);
-  device_.compute_region().free(r.block);
+  free_compute(r.block);
   r.state = StorageState::kSwapped;
   ++stats_.evict_swap;
   stats_.swapped_out_bytes += bytes;
@@ -260,7 +273,7 @@ void Executor::measure_bandwidth() {
       best = std::min(best, us_since(t0));
     }
   }
-  device_.compute_region().free(*b);
+  free_compute(*b);
   device_.compute_region().reset_peak();
   if (best < 1e300 && best > 0) bytes_per_us_ = static_cast<double>(bytes) / best;
 }
@@ -341,15 +354,33 @@ bool Executor::evict_one(bool fragmented) {
   return true;
 }
 
-absl::StatusOr<alloc::Block> Executor::allocate(size_t bytes, const std::function<std::string()>& who) {
+void Executor::free_compute(alloc::Block b) {
+  device_.compute_region().free(b);
+  if (tma_) tma_->freed(b);
+}
+
+absl::StatusOr<alloc::Block> Executor::allocate(size_t bytes, const std::function<std::string()>& who,
+                                                bool lowest) {
   alloc::Region& region = device_.compute_region();
   const size_t size = alloc::round_up(bytes);
   const size_t m_star = budget();
+  // TMA's planned offset for this request, if its plan has one: taken when that range is
+  // free (a hit), else best-fit in whatever is free (a miss); see alloc/tma.h.
+  const std::optional<size_t> planned = tma_ && !lowest ? tma_->propose(op_key_, size) : std::nullopt;
   for (;;) {
     const bool within_budget = region.stats().allocated + size <= m_star;
     if (within_budget) {
-      auto b = region.allocate(size);
-      if (b.ok()) return b;
+      if (planned) {
+        if (auto b = region.allocate_at(*planned, size); b.ok()) {
+          tma_->placed(op_key_, *b, /*hit=*/true);
+          return b;
+        }
+      }
+      auto b = lowest ? region.allocate_lowest(size) : region.allocate(size);
+      if (b.ok()) {
+        if (tma_) tma_->placed(op_key_, *b, /*hit=*/false);
+        return b;
+      }
     }
     if (!evict_one(/*fragmented=*/within_budget)) break;
   }
@@ -374,9 +405,11 @@ absl::Status Executor::ensure_resident(TensorRecord& r) {
     case StorageState::kMissing:
       return absl::FailedPreconditionError(absl::StrCat("tensor ", r.desc.str(), " was never produced (an earlier op failed)"));
     case StorageState::kSwapped: {
-      MTC_ASSIGN_OR_RETURN(alloc::Block b, allocate(r.desc.bytes(), [&] {
-        return absl::StrCat("swapping in ", r.desc.str());
-      }));
+      const uint64_t outer_key = op_key_;
+      op_key_ = alloc::kSwapInKey;
+      auto swapped_in = allocate(r.desc.bytes(), [&] { return absl::StrCat("swapping in ", r.desc.str()); });
+      op_key_ = outer_key;
+      MTC_ASSIGN_OR_RETURN(alloc::Block b, std::move(swapped_in));
       if (simulate_) {
         stats_.swap_us += static_cast<double>(r.desc.bytes()) / bytes_per_us_;
       } else {
@@ -426,6 +459,9 @@ absl::Status Executor::recompute(TensorRecord& r) {
   MTC_CHECK(r.producer != nullptr, "dropped tensor without a compute path");
   const std::shared_ptr<ComputePath> path = r.producer;  // keep it alive across erasures
   const OpDef& op = *path->op;
+  const uint64_t outer_key = op_key_;
+  op_key_ = alloc::recompute_key(alloc::program_op_key(reinterpret_cast<uintptr_t>(op.name())));
+  absl::Cleanup restore_key = [&] { op_key_ = outer_key; };
   absl::InlinedVector<TensorRecord*, 4> ins;
   for (size_t i = 0; i < path->inputs.size(); ++i) {
     TensorRecord* in = find(path->inputs[i]);
@@ -445,7 +481,7 @@ absl::Status Executor::recompute(TensorRecord& r) {
   absl::InlinedVector<alloc::Block, 2> blocks;
   absl::InlinedVector<TensorDesc, 2> temp_descs(path->outputs.size());
   auto free_blocks = [&] {
-    for (const alloc::Block& b : blocks) device_.compute_region().free(b);
+    for (const alloc::Block& b : blocks) free_compute(b);
   };
   for (size_t i = 0; i < path->outputs.size(); ++i) {
     TensorRecord* o = find(path->outputs[i]);
@@ -478,7 +514,7 @@ absl::Status Executor::recompute(TensorRecord& r) {
   stats_.recompute_us += us;
   for (size_t i = 0; i < targets.size(); ++i) {
     if (targets[i] == nullptr) {
-      device_.compute_region().free(blocks[i]);
+      free_compute(blocks[i]);
       continue;
     }
     set_resident(*targets[i], blocks[i]);
@@ -522,9 +558,10 @@ absl::Status Executor::run(const ComputePath& path, std::span<const TensorView> 
 // ---- commands ----
 
 absl::Status Executor::execute(Put& c) {
+  op_key_ = alloc::program_op_key(kPutKey);
   MTC_ASSIGN_OR_RETURN(alloc::Block block, allocate(c.desc.bytes(), [&] {
     return absl::StrCat("put ", c.desc.str(), c.persistent ? " (persistent)" : "");
-  }));
+  }, /*lowest=*/c.persistent));
   if (!simulate_) MTC_RETURN_IF_ERROR(device_.copy_to_device(device_.compute_ptr(block), c.data.data(), c.data.size()));
   TensorRecord& r = records_[c.id];
   r.id = c.id;
@@ -539,6 +576,8 @@ absl::Status Executor::execute(Put& c) {
 absl::Status Executor::execute(ApplyOp& c) {
   const OpDef& op = *c.op;
   ++op_clock_;
+  // The schema's name: one per op kind.
+  op_key_ = alloc::program_op_key(reinterpret_cast<uintptr_t>(op.name()));
   Pins pins;
   absl::InlinedVector<TensorRecord*, 4> ins;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
@@ -571,7 +610,7 @@ absl::Status Executor::execute(ApplyOp& c) {
   absl::InlinedVector<alloc::Block, 2> out_blocks;
   absl::InlinedVector<TensorView, 2> out_views;
   auto free_outputs = [&] {
-    for (const alloc::Block& b : out_blocks) device_.compute_region().free(b);
+    for (const alloc::Block& b : out_blocks) free_compute(b);
   };
   for (size_t i = 0; i < c.output_descs.size(); ++i) {
     auto b = allocate(c.output_descs[i].bytes(), [&] {
@@ -734,7 +773,7 @@ absl::Status Executor::execute(MakeGradient& c) {
       if (!simulate_) {
         MTC_RETURN_IF_ERROR(device_.copy_on_device(device_.comm_ptr(*b), device_.compute_ptr(r->block), r->desc.bytes()));
       }
-      device_.compute_region().free(r->block);
+      free_compute(r->block);
       r->block = *b;
       r->in_comm = true;
     }
@@ -745,6 +784,15 @@ absl::Status Executor::execute(MakeGradient& c) {
 
 absl::Status Executor::execute(Mark& c) {
   if (trace_) trace_->mark(c.label, c.index);
+  if (tma_) {
+    // An iteration boundary: an explicit "iteration" mark, or, for a program that never
+    // makes one, the optimizer's "step".
+    const std::string_view label = c.label;
+    if (label == "iteration") saw_iteration_mark_ = true;
+    if (label == "iteration" || (label == "step" && !saw_iteration_mark_)) {
+      tma_->boundary(device_.compute_region());
+    }
+  }
   return absl::OkStatus();
 }
 

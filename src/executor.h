@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/container/node_hash_map.h"
+#include "alloc/tma.h"
 #include "commands.h"
 #include "device.h"
 #include "evict/cost.h"
@@ -35,6 +36,7 @@ struct ExecutorOptions {
   // OpDef::recorded_us and a swap bytes / bytes_per_us. The device is a virtual one.
   bool simulate = false;
   double bytes_per_us = 0;  // gamma to use instead of measuring it (0: measure)
+  TmaConfig tma;            // planned offsets for transient tensors (off unless enabled)
 };
 
 // Pins: pins records for the life of an op's run, unpinning on every path out.
@@ -74,7 +76,14 @@ class Executor {
 
   // allocate: a block of the compute region, evicting unpinned tensors while the request
   // would exceed the budget or finds no free block. `who` names the request in errors.
-  absl::StatusOr<alloc::Block> allocate(size_t bytes, const std::function<std::string()>& who);
+  // Best fit (or TMA's planned offset); `lowest`: first fit, for persistent tensors, which
+  // DESIGN.md keeps packed at the region's low end.
+  absl::StatusOr<alloc::Block> allocate(size_t bytes, const std::function<std::string()>& who,
+                                        bool lowest = false);
+  // free_compute: returns a block to the compute region (and tells TMA).
+  void free_compute(alloc::Block b);
+  // tma_stats: TMA's figures (all zero when TMA is off).
+  alloc::TmaStats tma_stats() const { return tma_ ? tma_->stats() : alloc::TmaStats{}; }
 
  private:
   absl::Status ensure_resident(TensorRecord& r);
@@ -131,6 +140,9 @@ class Executor {
   size_t host_pool_bytes_ = 0;
   absl::InlinedVector<size_t, 2> last_scratch_;  // the scratch requests of the last kernel run
   size_t swapped_now_ = 0, swapped_high_ = 0;  // bytes swapped out at present, at most
+  std::unique_ptr<alloc::Tma> tma_;  // null when TMA is off
+  uint64_t op_key_ = 0;              // what is allocating now, for TMA's signatures
+  bool saw_iteration_mark_ = false;  // TMA's boundaries: "iteration" marks, else "step"
 };
 
 }  // namespace mtc

@@ -25,8 +25,10 @@ std::shared_ptr<Interpreter> Interpreter::create(std::shared_ptr<Device> device,
 
 Interpreter::Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts)
     : tracing_(opts.trace != nullptr),
+      marks_(opts.trace != nullptr || opts.tma.enabled),
       device_(std::move(device)),
-      executor_(std::make_unique<Executor>(*device_, ExecutorOptions{opts.evict, opts.trace})),
+      executor_(std::make_unique<Executor>(*device_, ExecutorOptions{.evict = opts.evict, .trace = opts.trace,
+                                                                     .tma = opts.tma})),
       queue_(new std::deque<Command>()) {
   const char* env = std::getenv("MTC_INTERP_SYNC");
   synchronous_ = opts.synchronous || (env != nullptr && std::strcmp(env, "0") != 0 && *env != '\0');
@@ -186,7 +188,7 @@ void Interpreter::make_gradient(const Tensor& t) {
 }
 
 void Interpreter::mark(const char* label, int64_t index) {
-  if (tracing_) enqueue(Command{Mark{label, index}});
+  if (marks_) enqueue(Command{Mark{label, index}});
 }
 
 absl::Status Interpreter::close_trace() {
@@ -246,6 +248,21 @@ absl::StatusOr<EvictStats> Interpreter::evict_stats() {
   enqueue(Command{Inspect{[&st](Executor& ex) { st = ex.evict_stats(); }, &done}});
   MTC_RETURN_IF_ERROR(f.get());
   return st;
+}
+
+absl::StatusOr<TmaFigures> Interpreter::tma_stats() {
+  TmaFigures t;
+  std::promise<absl::Status> done;
+  auto f = done.get_future();
+  enqueue(Command{Inspect{[&t](Executor& ex) {
+                            const alloc::TmaStats s = ex.tma_stats();
+                            t = TmaFigures{s.iterations, s.planned_iterations, s.hits, s.misses,
+                                           s.plans, s.plan_failures, s.cache_hits, s.cache_lookups,
+                                           s.plan_sec, s.last_plan_peak, s.last_plan_lower_bound};
+                          },
+                          &done}});
+  MTC_RETURN_IF_ERROR(f.get());
+  return t;
 }
 
 absl::Status Interpreter::reset_peak() {

@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& o
   if (d.comm_bytes == 0 && d.memory_bytes != 0) d.comm_bytes = d.memory_bytes / 16;
   std::unique_ptr<Runtime> rt(new Runtime(opts));
   MTC_ASSIGN_OR_RETURN(rt->device_, make_device(d));
-  InterpreterOptions io{opts.synchronous, opts.evict, nullptr};
+  InterpreterOptions io{opts.synchronous, opts.evict, nullptr, opts.tma};
   if (opts.budget_fraction > 0) {
     if (opts.budget_fraction > 1) {
       return absl::InvalidArgumentError(absl::StrCat("budget fraction ", opts.budget_fraction, " is above 1: expected a fraction of the compute region in (0, 1]"));

@@ -32,10 +32,29 @@ class Executor;
 
 class TraceWriter;
 
+// TmaConfig: TMA, planned offsets for the compute region's transient tensors
+// (docs/tma.md). Iteration boundaries are "iteration" marks, else the optimizer's "step".
+struct TmaConfig {
+  bool enabled = false;
+  int warmup_iterations = 5;         // iterations traced before the first plan
+  double plan_time_limit_sec = 1.0;  // the planner's limit per signature
+};
+
+// TmaFigures: what TMA has done since the interpreter started.
+struct TmaFigures {
+  uint64_t iterations = 0, planned_iterations = 0;
+  uint64_t hits = 0, misses = 0;           // requests in planned iterations
+  uint64_t plans = 0, plan_failures = 0;   // plans made; iterations whose plan fitted no free block whole
+  uint64_t cache_hits = 0, cache_lookups = 0;  // iterations after the warm-up
+  double plan_sec = 0;
+  size_t last_plan_peak = 0, last_plan_lower_bound = 0;
+};
+
 struct InterpreterOptions {
   bool synchronous = false;  // execute on the calling thread (MTC_INTERP_SYNC=1 forces it)
   EvictOptions evict;        // DTE: budget and policy
   std::shared_ptr<TraceWriter> trace;  // records the op stream (mtc-train --record-trace)
+  TmaConfig tma;
 };
 
 // EvictStats: what DTE has done since the interpreter started (totals; subtract two
@@ -94,6 +113,8 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
   absl::StatusOr<MemoryStats> memory_stats();
   // evict_stats: synchronises, then reads DTE's totals.
   absl::StatusOr<EvictStats> evict_stats();
+  // tma_stats: synchronises, then reads TMA's totals (zero when TMA is off).
+  absl::StatusOr<TmaFigures> tma_stats();
   // reset_peak: synchronises, then restarts peak tracking from current use.
   absl::Status reset_peak();
   // record_error: keeps `s` (if it is the first) for the next synchronising call.
@@ -109,6 +130,7 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
  private:
   Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts);
   bool tracing_ = false;
+  bool marks_ = false;  // marks are executed: a trace or TMA needs them
   void enqueue(Command&& c);
   void worker_loop();
   Tensor make_handle(TensorDesc d);

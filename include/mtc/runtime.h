@@ -32,6 +32,7 @@ struct RuntimeOptions {
   double budget_fraction = 0;
   // trace_path: record the executed op stream there (docs/trace-format.md); empty: none.
   std::string trace_path;
+  TmaConfig tma;  // planned offsets for transient tensors (docs/tma.md)
 };
 
 class Runtime {

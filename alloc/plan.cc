@@ -1,0 +1,1267 @@
+// TMA planner (plan.h): offsets for buffers with known lifetimes by three methods, the
+// best plan kept: the MegTaiChi paper's six-rule simulation, greedy by size (and its
+// skyline variant), and a branch-and-bound search. Also the lower bound, the validator
+// and MiniMalloc's CSV format.
+//
+// Every method but the simulation works on a Problem: sizes rounded up to the alignment
+// and time reduced to "cliques", the maximal sets of buffers live at once, in time order.
+// A buffer is live in a contiguous range of cliques, two buffers overlap in time iff their
+// ranges meet, and the lower bound is the largest clique's bytes. docs/tma.md describes
+// the methods and gives the measured figures.
+#include "alloc/plan.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <numeric>
+#include <queue>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace mtc::alloc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kUnplaced = std::numeric_limits<uint64_t>::max();  // offset of none yet
+
+// Past these the search is not run (the heuristics' plan is kept): the search keeps a list
+// of the buffers each buffer overlaps, and recurses once per buffer.
+constexpr int kSearchMaxBuffers = 20000;
+constexpr uint64_t kSearchMaxOverlaps = 8'000'000;  // pairs of buffers live at once
+// Measured costs of the skyline and greedy by size per pair of buffers live at once
+// (nanoseconds, on the development machine); plan() skips them when they cannot finish.
+constexpr double kSkylineNsPerOverlap = 200;
+constexpr double kGreedyNsPerOverlap = 100;
+
+// The search's preorders (see preorder()), tried in turn: each solves some of MiniMalloc's
+// benchmarks in a few thousand nodes where the others need millions (docs/tma.md).
+constexpr const char* kPreorders[] = {"TWA", "TAW", "CTA"};
+
+// The search recurses once per buffer placed (a few hundred bytes a level), so it runs on
+// threads of its own with this much stack (reserved, touched only as deep as it goes).
+constexpr size_t kSearchStackBytes = size_t{64} << 20;
+
+// start_with_stack: runs f on a new thread with a stack of `bytes`; false if none started.
+template <typename F>
+bool start_with_stack(pthread_t* id, size_t bytes, F& f) {
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return false;
+  pthread_attr_setstacksize(&attr, bytes);
+  auto trampoline = [](void* arg) -> void* {
+    (*static_cast<F*>(arg))();
+    return nullptr;
+  };
+  const bool ok = pthread_create(id, &attr, trampoline, &f) == 0;
+  pthread_attr_destroy(&attr);
+  return ok;
+}
+
+uint64_t align_up(uint64_t x, uint64_t a) { return a <= 1 ? x : (x + a - 1) / a * a; }
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ----------------------------------------------------------------------------------------
+// Events and cliques
+
+// Event: a buffer's start or end. Ends sort before starts at the same time: lifetimes are
+// half-open, so a buffer that ends at t and one that starts at t do not overlap.
+struct Event {
+  int64_t time;
+  int kind;  // 0: end, 1: start
+  int index;
+};
+
+std::vector<Event> sorted_events(const std::vector<PlanBuffer>& buffers) {
+  std::vector<Event> ev;
+  ev.reserve(2 * buffers.size());
+  for (int i = 0; i < static_cast<int>(buffers.size()); ++i) {
+    ev.push_back({buffers[i].lower, 1, i});
+    ev.push_back({buffers[i].upper, 0, i});
+  }
+  std::sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) {
+    if (a.time != b.time) return a.time < b.time;
+    if (a.kind != b.kind) return a.kind < b.kind;
+    return a.index < b.index;
+  });
+  return ev;
+}
+
+// Problem: the buffers as the methods see them.
+struct Problem {
+  int n = 0;
+  int cliques = 0;
+  uint64_t alignment = 1;
+  std::vector<uint64_t> size;          // bytes, rounded up to the alignment
+  std::vector<uint64_t> bytes;         // bytes as asked (the top buffer's end counts these)
+  uint64_t pad = 0;                    // max of size - bytes: rounding, < alignment
+  std::vector<int> first, last;        // buffer i is live in cliques [first[i], last[i])
+  std::vector<int64_t> length;         // upper - lower, clock ticks
+  std::vector<uint64_t> clique_bytes;  // rounded bytes live in each clique
+  uint64_t lower_bound = 0;            // max of clique_bytes
+  uint64_t overlaps = 0;               // pairs of buffers live at once
+};
+
+// make_problem: one sweep over the events. A clique closes at an end that follows a start
+// (before it, the live set only grew); the buffers live then are its members.
+Problem make_problem(const std::vector<PlanBuffer>& buffers, size_t alignment) {
+  Problem p;
+  p.n = static_cast<int>(buffers.size());
+  p.alignment = std::max<uint64_t>(1, alignment);
+  p.size.resize(p.n);
+  p.bytes.resize(p.n);
+  p.first.resize(p.n);
+  p.last.resize(p.n);
+  p.length.resize(p.n);
+  for (int i = 0; i < p.n; ++i) {
+    p.size[i] = align_up(buffers[i].size, p.alignment);
+    p.bytes[i] = buffers[i].size;
+    p.pad = std::max(p.pad, p.size[i] - p.bytes[i]);
+    p.length[i] = buffers[i].upper - buffers[i].lower;
+  }
+  bool grew = false;
+  uint64_t live = 0;
+  for (const Event& e : sorted_events(buffers)) {
+    if (e.kind == 1) {
+      p.first[e.index] = p.cliques;
+      p.overlaps += live;
+      ++live;
+      grew = true;
+    } else {
+      if (grew) {
+        ++p.cliques;
+        grew = false;
+      }
+      p.last[e.index] = p.cliques;
+      --live;
+    }
+  }
+  std::vector<int64_t> diff(p.cliques + 1, 0);
+  for (int i = 0; i < p.n; ++i) {
+    diff[p.first[i]] += static_cast<int64_t>(p.size[i]);
+    diff[p.last[i]] -= static_cast<int64_t>(p.size[i]);
+  }
+  p.clique_bytes.resize(p.cliques);
+  int64_t run = 0;
+  for (int s = 0; s < p.cliques; ++s) {
+    run += diff[s];
+    p.clique_bytes[s] = static_cast<uint64_t>(run);
+    p.lower_bound = std::max(p.lower_bound, p.clique_bytes[s]);
+  }
+  return p;
+}
+
+// ----------------------------------------------------------------------------------------
+// Method (a): the MegTaiChi paper's simulation with its six rules.
+//
+// The events are replayed in time order (frees before allocations at one instant; the
+// allocations of one instant largest first) against a memory list: chunks in address
+// order, each live (holding a buffer) or idle, with no two idle chunks adjacent. An
+// allocation of m bytes, in order of preference:
+//   (6) Overwrite & Free: an idle chunk freed at this very instant (the tensor the new one
+//       overwrites, as an op's output takes its dying input's memory) of >= m bytes, the
+//       smallest such; what it does not need is freed again as an idle chunk above it;
+//   (1) Alloc: an idle chunk of exactly m bytes;
+//   (2) Alloc & Division: the smallest idle chunk larger than m, split: the buffer takes
+//       its low part, the rest stays idle;
+//   (3) Swell: no idle chunk is large enough: the largest one swells to m bytes, pushing
+//       every chunk above it up (a new chunk on top when none is idle).
+// A free: (4) Free: the chunk turns idle; (5) Free & Merge: it merges with idle neighbours.
+// The list only records relative positions (swelling moves chunks that were placed long
+// ago), so addresses come from the topology map: an edge from each new buffer's nearest
+// live neighbour below to it and from it to its nearest live neighbour above. Buffers live
+// at once are then joined by a path, and the offsets are the longest paths from the
+// bottom (a topological sort), which packs the chunks as low as the recorded order allows.
+std::vector<uint64_t> simulate_rules(const std::vector<PlanBuffer>& buffers,
+                                     const std::vector<uint64_t>& size) {
+  const int n = static_cast<int>(buffers.size());
+  struct Chunk {
+    uint64_t size;
+    int buffer;  // -1: idle
+    int prev, next;
+    int64_t freed_at;
+  };
+  std::vector<Chunk> chunks;
+  chunks.reserve(2 * n + 1);
+  std::set<std::pair<uint64_t, int>> idle;  // (size, chunk)
+  std::vector<int> fresh;                   // idle chunks freed at the current instant
+  std::vector<int> chunk_of(n, -1);
+  int top = -1;  // highest chunk
+  std::vector<std::pair<int, int>> edges;  // (below, above), buffer indices
+  edges.reserve(2 * n);
+
+  std::vector<Event> ev = sorted_events(buffers);
+  // Allocations of one instant: largest first, then the longest lived.
+  std::stable_sort(ev.begin(), ev.end(), [&](const Event& a, const Event& b) {
+    if (a.time != b.time) return a.time < b.time;
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.kind == 1 && size[a.index] != size[b.index]) return size[a.index] > size[b.index];
+    if (a.kind == 1) {
+      const int64_t la = buffers[a.index].upper, lb = buffers[b.index].upper;
+      if (la != lb) return la > lb;
+    }
+    return a.index < b.index;
+  });
+
+  auto unlink = [&](int c) {
+    const Chunk& k = chunks[c];
+    if (k.prev >= 0) chunks[k.prev].next = k.next;
+    if (k.next >= 0) chunks[k.next].prev = k.prev;
+    if (top == c) top = k.prev;
+  };
+  int64_t now = std::numeric_limits<int64_t>::min();
+  for (const Event& e : ev) {
+    if (e.time != now) {
+      now = e.time;
+      fresh.clear();
+    }
+    const int b = e.index;
+    if (e.kind == 0) {  // (4) Free, (5) Free & Merge
+      int c = chunk_of[b];
+      chunks[c].buffer = -1;
+      chunks[c].freed_at = now;
+      for (int side = 0; side < 2; ++side) {
+        const int nb = side == 0 ? chunks[c].prev : chunks[c].next;
+        if (nb < 0 || chunks[nb].buffer >= 0) continue;
+        idle.erase({chunks[nb].size, nb});
+        chunks[c].size += chunks[nb].size;
+        unlink(nb);
+      }
+      idle.insert({chunks[c].size, c});
+      fresh.push_back(c);
+      continue;
+    }
+    const uint64_t m = size[b];
+    int c = -1;
+    for (int f : fresh) {  // (6) Overwrite & Free
+      const Chunk& k = chunks[f];
+      if (k.buffer >= 0 || k.freed_at != now || k.size < m || !idle.count({k.size, f})) continue;
+      if (c < 0 || k.size < chunks[c].size) c = f;
+    }
+    if (c < 0) {  // (1) Alloc, (2) Alloc & Division
+      auto it = idle.lower_bound({m, -1});
+      if (it != idle.end()) c = it->second;
+    }
+    if (c >= 0) {
+      idle.erase({chunks[c].size, c});
+      if (chunks[c].size > m) {  // division: the rest stays idle above the buffer
+        const int r = static_cast<int>(chunks.size());
+        chunks.push_back({chunks[c].size - m, -1, c, chunks[c].next, chunks[c].freed_at});
+        if (chunks[c].next >= 0) chunks[chunks[c].next].prev = r;
+        chunks[c].next = r;
+        if (top == c) top = r;
+        idle.insert({chunks[r].size, r});
+      }
+    } else if (!idle.empty()) {  // (3) Swell the largest idle chunk
+      c = idle.rbegin()->second;
+      idle.erase(std::prev(idle.end()));
+    } else {  // nothing idle: a new chunk on top
+      c = static_cast<int>(chunks.size());
+      chunks.push_back({m, -1, top, -1, now});
+      if (top >= 0) chunks[top].next = c;
+      top = c;
+    }
+    chunks[c].size = m;
+    chunks[c].buffer = b;
+    chunk_of[b] = c;
+    int below = chunks[c].prev;
+    while (below >= 0 && chunks[below].buffer < 0) below = chunks[below].prev;
+    int above = chunks[c].next;
+    while (above >= 0 && chunks[above].buffer < 0) above = chunks[above].next;
+    if (below >= 0) edges.push_back({chunks[below].buffer, b});
+    if (above >= 0) edges.push_back({b, chunks[above].buffer});
+  }
+
+  // The topology map: offsets are longest paths, in topological order (Kahn).
+  std::vector<int> indegree(n, 0), start(n + 1, 0), succ(edges.size());
+  for (const auto& [lo, hi] : edges) {
+    ++start[lo + 1];
+    ++indegree[hi];
+  }
+  for (int i = 0; i < n; ++i) start[i + 1] += start[i];
+  std::vector<int> fill(start.begin(), start.end() - 1);
+  for (const auto& [lo, hi] : edges) succ[fill[lo]++] = hi;
+  std::vector<uint64_t> off(n, 0);
+  std::vector<int> ready;
+  for (int i = 0; i < n; ++i) {
+    if (indegree[i] == 0) ready.push_back(i);
+  }
+  while (!ready.empty()) {
+    const int u = ready.back();
+    ready.pop_back();
+    for (int k = start[u]; k < start[u + 1]; ++k) {
+      const int v = succ[k];
+      off[v] = std::max(off[v], off[u] + size[u]);
+      if (--indegree[v] == 0) ready.push_back(v);
+    }
+  }
+  return off;
+}
+
+// ----------------------------------------------------------------------------------------
+// Method (b): greedy by size. Largest first (then longest lived), each at the lowest
+// offset where it fits among the placed buffers it overlaps in time. Those are found with
+// a segment tree over the cliques that holds each placed buffer at the O(log) nodes
+// covering its range.
+
+class PlacedIndex {
+ public:
+  explicit PlacedIndex(int cliques) {
+    leaves_ = 1;
+    while (leaves_ < std::max(cliques, 1)) leaves_ *= 2;
+    items_.resize(2 * leaves_);
+    count_.assign(2 * leaves_, 0);
+  }
+  void insert(int b, int lo, int hi) { insert(1, 0, leaves_, lo, hi, b); }
+  // collect: calls f(b) once or more for every placed b whose range meets [lo, hi).
+  template <typename F>
+  void collect(int lo, int hi, F&& f) const {
+    collect(1, 0, leaves_, lo, hi, f);
+  }
+
+ private:
+  void insert(int node, int nl, int nr, int lo, int hi, int b) {
+    ++count_[node];
+    if (lo <= nl && nr <= hi) {
+      items_[node].push_back(b);
+      return;
+    }
+    const int mid = (nl + nr) / 2;
+    if (lo < mid) insert(2 * node, nl, mid, lo, hi, b);
+    if (hi > mid) insert(2 * node + 1, mid, nr, lo, hi, b);
+  }
+  template <typename F>
+  void collect(int node, int nl, int nr, int lo, int hi, F& f) const {
+    if (count_[node] == 0 || hi <= nl || nr <= lo) return;
+    for (int b : items_[node]) f(b);
+    if (nr - nl == 1) return;
+    const int mid = (nl + nr) / 2;
+    collect(2 * node, nl, mid, lo, hi, f);
+    collect(2 * node + 1, mid, nr, lo, hi, f);
+  }
+
+  int leaves_ = 1;
+  std::vector<std::vector<int>> items_;
+  std::vector<int> count_;  // items in the subtree
+};
+
+// greedy_by_size: empty when the deadline passed first.
+std::vector<uint64_t> greedy_by_size(const Problem& p, Clock::time_point deadline) {
+  std::vector<int> order(p.n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    if (p.size[a] != p.size[b]) return p.size[a] > p.size[b];
+    if (p.length[a] != p.length[b]) return p.length[a] > p.length[b];
+    return a < b;
+  });
+  std::vector<uint64_t> off(p.n, kUnplaced);
+  PlacedIndex index(p.cliques);
+  std::vector<int> stamp(p.n, -1);
+  std::vector<std::pair<uint64_t, uint64_t>> busy;  // [offset, end) of overlapping placed
+  for (int k = 0; k < p.n; ++k) {
+    if ((k & 255) == 255 && Clock::now() > deadline) return {};
+    const int b = order[k];
+    busy.clear();
+    index.collect(p.first[b], p.last[b], [&](int o) {
+      if (stamp[o] == k) return;
+      stamp[o] = k;
+      busy.push_back({off[o], off[o] + p.size[o]});
+    });
+    std::sort(busy.begin(), busy.end());
+    uint64_t at = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo >= at + p.size[b]) break;
+      at = std::max(at, hi);
+    }
+    off[b] = at;
+    index.insert(b, p.first[b], p.last[b]);
+  }
+  return off;
+}
+
+// ----------------------------------------------------------------------------------------
+// Skyline: the search's own descent without a capacity or backtracking. Repeatedly the
+// unplaced buffer that can sit lowest (on the highest placed buffer it overlaps; ties by
+// rank) is placed there. A segment tree over the cliques keeps each clique's floor (its
+// highest placed end); a heap holds stale lower bounds of each buffer's floor, refreshed
+// when popped: about one refresh per pair of buffers live at once.
+
+class FloorTree {
+ public:
+  explicit FloorTree(int cliques) {
+    leaves_ = 1;
+    while (leaves_ < std::max(cliques, 1)) leaves_ *= 2;
+    max_.assign(2 * leaves_, 0);
+    tag_.assign(2 * leaves_, 0);
+  }
+  // raise: every clique in [lo, hi) to at least h.
+  void raise(int lo, int hi, uint64_t h) { raise(1, 0, leaves_, lo, hi, h); }
+  uint64_t max(int lo, int hi) const { return max(1, 0, leaves_, lo, hi); }
+
+ private:
+  void raise(int node, int nl, int nr, int lo, int hi, uint64_t h) {
+    if (hi <= nl || nr <= lo) return;
+    if (lo <= nl && nr <= hi) {
+      max_[node] = std::max(max_[node], h);
+      tag_[node] = std::max(tag_[node], h);
+      return;
+    }
+    const int mid = (nl + nr) / 2;
+    raise(2 * node, nl, mid, lo, hi, h);
+    raise(2 * node + 1, mid, nr, lo, hi, h);
+    max_[node] = std::max({max_[node], max_[2 * node], max_[2 * node + 1]});
+  }
+  uint64_t max(int node, int nl, int nr, int lo, int hi) const {
+    if (hi <= nl || nr <= lo) return 0;
+    if (lo <= nl && nr <= hi) return max_[node];
+    const int mid = (nl + nr) / 2;
+    return std::max({tag_[node], max(2 * node, nl, mid, lo, hi), max(2 * node + 1, mid, nr, lo, hi)});
+  }
+
+  int leaves_ = 1;
+  std::vector<uint64_t> max_, tag_;  // subtree max; a raise that covered the whole subtree
+};
+
+// skyline: empty when the deadline passed first.
+std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, Clock::time_point deadline) {
+  FloorTree floors(p.cliques);
+  std::vector<uint64_t> off(p.n, kUnplaced);
+  using Entry = std::pair<uint64_t, int>;  // (floor lower bound, rank)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  std::vector<int> by_rank(p.n);
+  for (int i = 0; i < p.n; ++i) {
+    by_rank[rank[i]] = i;
+    heap.push({0, rank[i]});
+  }
+  for (uint64_t pops = 1; !heap.empty(); ++pops) {
+    if ((pops & 1023) == 0 && Clock::now() > deadline) return {};
+    const auto [bound, r] = heap.top();
+    heap.pop();
+    const int b = by_rank[r];
+    const uint64_t floor = floors.max(p.first[b], p.last[b]);
+    if (floor > bound) {
+      heap.push({floor, r});
+      continue;
+    }
+    off[b] = floor;
+    floors.raise(p.first[b], p.last[b], floor + p.size[b]);
+  }
+  return off;
+}
+
+// ----------------------------------------------------------------------------------------
+// Preorders: the rank that breaks ties between buffers that can sit at the same offset,
+// in the skyline and the search. Keys, all descending: T, the most bytes live at once
+// anywhere in the buffer's lifetime; W, its width (upper - lower, ticks); C, the cliques
+// it spans; Z, its size; A, its area (size x width).
+
+std::vector<int> preorder(const Problem& p, const std::string& keys) {
+  std::vector<uint64_t> total(p.n, 0);
+  for (int i = 0; i < p.n; ++i) {
+    for (int s = p.first[i]; s < p.last[i]; ++s) total[i] = std::max(total[i], p.clique_bytes[s]);
+  }
+  std::vector<int> order(p.n);
+  std::iota(order.begin(), order.end(), 0);
+  auto key = [&](int i, char k) -> double {
+    switch (k) {
+      case 'T': return static_cast<double>(total[i]);
+      case 'W': return static_cast<double>(p.length[i]);
+      case 'C': return p.last[i] - p.first[i];
+      case 'Z': return static_cast<double>(p.size[i]);
+      case 'A': return static_cast<double>(p.size[i]) * static_cast<double>(p.length[i]);
+    }
+    return 0;
+  };
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    for (char k : keys) {
+      const double ka = key(a, k), kb = key(b, k);
+      if (ka != kb) return ka > kb;
+    }
+    return a < b;
+  });
+  std::vector<int> rank(p.n);
+  for (int r = 0; r < p.n; ++r) rank[order[r]] = r;
+  return rank;
+}
+
+// ----------------------------------------------------------------------------------------
+// Method (c): branch and bound on the decision problem "every buffer below capacity C".
+//
+// Canonical placements: every plan can be pushed down until each buffer rests on one it
+// overlaps (or on 0) without raising its peak; sorted by (offset, rank), such a plan
+// places each buffer at its floor, the highest end among the placed buffers it overlaps.
+// So a node places one unplaced buffer at its floor, and its children only buffers whose
+// (floor, rank) is not below it. Pruned:
+//  - section inference: in every clique, the unplaced buffers there stack above the lowest
+//    of their floors (and above the current offset), so that floor plus their bytes must
+//    fit below C;
+//  - dominance: a buffer is not placed at or above the lowest end any unplaced buffer
+//    could take (that one could drop into the gap below, a plan no worse);
+//  - hatless: when the buffer just placed overlaps no unplaced one, it changed nothing for
+//    the others, so if the subtree fails no other choice at this node can succeed;
+//  - symmetry: of identical buffers (same lifetime and size) the lower rank goes first;
+//  - decomposition: when no unplaced buffer spans a clique boundary, the two sides are
+//    independent and solved one after the other, so a failure on one side never
+//    re-searches the other.
+// Limited by nodes (restarts with doubling limits rotate over preorders) and by time.
+
+// SearchIndex: what every search of one Problem reads and none writes: who overlaps whom,
+// each clique's members, and twins. Shared by the searches of parallel threads.
+struct SearchIndex {
+  explicit SearchIndex(const Problem& p) {
+    // Overlap lists: pairs whose clique ranges meet, found in order of first clique.
+    std::vector<int> by_first(p.n);
+    std::iota(by_first.begin(), by_first.end(), 0);
+    std::sort(by_first.begin(), by_first.end(), [&](int a, int b) {
+      return p.first[a] != p.first[b] ? p.first[a] < p.first[b] : a < b;
+    });
+    std::vector<int> degree(p.n, 0);
+    auto for_pairs = [&](auto&& f) {
+      for (int i = 0; i < p.n; ++i) {
+        const int a = by_first[i];
+        for (int j = i + 1; j < p.n && p.first[by_first[j]] < p.last[a]; ++j) f(a, by_first[j]);
+      }
+    };
+    for_pairs([&](int a, int b) {
+      ++degree[a];
+      ++degree[b];
+    });
+    adj_start.assign(p.n + 1, 0);
+    for (int i = 0; i < p.n; ++i) adj_start[i + 1] = adj_start[i] + degree[i];
+    adj.resize(adj_start[p.n]);
+    std::vector<int64_t> fill(adj_start.begin(), adj_start.end() - 1);
+    for_pairs([&](int a, int b) {
+      adj[fill[a]++] = b;
+      adj[fill[b]++] = a;
+    });
+    // Members of each clique.
+    member_start.assign(p.cliques + 1, 0);
+    for (int i = 0; i < p.n; ++i) {
+      for (int s = p.first[i]; s < p.last[i]; ++s) ++member_start[s + 1];
+    }
+    for (int s = 0; s < p.cliques; ++s) member_start[s + 1] += member_start[s];
+    members.resize(member_start[p.cliques]);
+    std::vector<int64_t> at(member_start.begin(), member_start.end() - 1);
+    for (int i = 0; i < p.n; ++i) {
+      for (int s = p.first[i]; s < p.last[i]; ++s) members[at[s]++] = i;
+    }
+    // Twins: the previous buffer (by index) of the same lifetime and size (as asked: with
+    // alignment, the top buffer's own bytes count). Twins tie on every preorder key, so
+    // their ranks keep index order.
+    twin_prev.assign(p.n, -1);
+    absl::flat_hash_map<Twin, int> last_of;
+    for (int i = 0; i < p.n; ++i) {
+      auto [it, inserted] = last_of.try_emplace(Twin{p.first[i], p.last[i], p.length[i], p.bytes[i]}, i);
+      if (!inserted) {
+        twin_prev[i] = it->second;
+        it->second = i;
+      }
+    }
+  }
+
+  struct Twin {
+    int first, last;
+    int64_t length;
+    uint64_t size;
+    bool operator==(const Twin&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const Twin& k) {
+      return H::combine(std::move(h), k.first, k.last, k.length, k.size);
+    }
+  };
+
+  std::vector<int64_t> adj_start;
+  std::vector<int> adj;           // the buffers each buffer overlaps
+  std::vector<int64_t> member_start;
+  std::vector<int> members;       // the buffers of each clique
+  std::vector<int> twin_prev;     // the previous twin, or -1
+};
+
+class BranchAndBound {
+ public:
+  enum class Outcome { kFound, kNotFound, kAborted };
+
+  // cancel: when set (by another thread), a run stops as at its deadline.
+  BranchAndBound(const Problem& p, const SearchIndex& index, const std::atomic<bool>* cancel)
+      : p_(p), ix_(index), cancel_(cancel) {}
+
+  // nodes: search nodes of the last run.
+  int64_t nodes() const { return nodes_; }
+
+  // run: one search at capacity C, preorder keys `keys` (see preorder()), at most
+  // node_limit nodes, until deadline. kNotFound is a proof that nothing fits below C.
+  Outcome run(uint64_t capacity, const std::string& keys, int64_t node_limit, Clock::time_point deadline,
+              std::vector<uint64_t>* offsets) {
+    const Problem& p = p_;
+    capacity_ = capacity;
+    limit_ = capacity + p.pad;
+    keys_ = keys;
+    node_limit_ = node_limit;
+    deadline_ = deadline;
+    nodes_ = 0;
+    if (p.lower_bound > limit_) return Outcome::kNotFound;
+    off_.assign(p.n, kUnplaced);
+    solution_.assign(p.n, kUnplaced);
+    minoff_.assign(p.n, 0);
+    rank_.assign(p.n, 0);
+    total_ = p.clique_bytes;
+    low_.assign(p.cliques, kUnplaced);
+    cuts_.assign(std::max(p.cliques - 1, 0), 0);
+    std::vector<int> diff(p.cliques + 1, 0);
+    for (int i = 0; i < p.n; ++i) {
+      if (p.last[i] - p.first[i] < 2) continue;
+      ++diff[p.first[i]];
+      --diff[p.last[i] - 1];
+    }
+    int run = 0;
+    for (int k = 0; k + 1 < p.cliques; ++k) cuts_[k] = run += diff[k];
+    if (static_cast<int>(cands_.size()) < p.n + 2) cands_.resize(p.n + 2);
+    if (static_cast<int>(splits_.size()) < p.n + 2) splits_.resize(p.n + 2);
+    if (static_cast<int>(alive_.size()) < p.n + 2) alive_.resize(p.n + 2);
+    parts_.clear();
+    minoff_log_.clear();
+    // Top-level parts: cut wherever no buffer spans the boundary.
+    std::vector<int> cut;
+    for (int k = 0; k + 1 < p.cliques; ++k) {
+      if (cuts_[k] == 0) cut.push_back(k);
+    }
+    std::vector<int> all(p.n);
+    std::iota(all.begin(), all.end(), 0);
+    const Outcome r = split_and_solve(all, 0, p.cliques, cut, 0, -1, 0);
+    if (r == Outcome::kFound) *offsets = solution_;
+    return r;
+  }
+
+ private:
+  struct Part {
+    std::vector<int> buffers;  // unplaced when the part was made
+    int lo, hi;                // cliques [lo, hi)
+  };
+
+  // split_and_solve: the unplaced buffers of `buffers` in cliques [lo, hi), cut after each
+  // clique in `cut`, solved part by part, the part with the most bytes left first (fail
+  // first). Each part gets its own preorder, T taken from the bytes still unplaced; as
+  // ranks are new, the canonical order restarts at the current offset with any rank.
+  // `placed`: the buffer placed last (-1: none).
+  Outcome split_and_solve(const std::vector<int>& buffers, int lo, int hi, const std::vector<int>& cut,
+                          uint64_t cur_off, int placed, int depth) {
+    const size_t base = parts_.size();
+    std::vector<int> bounds;
+    bounds.reserve(cut.size() + 2);
+    bounds.push_back(lo);
+    for (int k : cut) bounds.push_back(k + 1);
+    bounds.push_back(hi);
+    for (size_t j = 0; j + 1 < bounds.size(); ++j) parts_.push_back({{}, bounds[j], bounds[j + 1]});
+    for (int u : buffers) {
+      if (off_[u] != kUnplaced) continue;
+      const size_t j = std::upper_bound(bounds.begin(), bounds.end(), p_.first[u]) - bounds.begin() - 1;
+      parts_[base + j].buffers.push_back(u);
+    }
+    std::vector<std::pair<uint64_t, size_t>> order;
+    for (size_t j = base; j < parts_.size(); ++j) {
+      if (parts_[j].buffers.empty()) continue;
+      uint64_t most = 0;
+      for (int s = parts_[j].lo; s < parts_[j].hi; ++s) most = std::max(most, total_[s]);
+      order.push_back({most, j});
+    }
+    std::sort(order.begin(), order.end(), std::greater<>());
+    std::vector<std::pair<int, int>> saved;  // (buffer, rank) to restore
+    struct Keyed {
+      double k[3];
+      int u;
+    };
+    std::vector<Keyed> keyed;
+    for (const auto& [most, j] : order) {
+      keyed.clear();
+      for (int u : parts_[j].buffers) {
+        saved.push_back({u, rank_[u]});
+        Keyed e{{0, 0, 0}, u};
+        for (size_t c = 0; c < keys_.size() && c < 3; ++c) e.k[c] = key(u, keys_[c]);
+        keyed.push_back(e);
+      }
+      std::sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) {
+        for (int c = 0; c < 3; ++c) {
+          if (a.k[c] != b.k[c]) return a.k[c] > b.k[c];
+        }
+        return a.u < b.u;
+      });
+      for (size_t r = 0; r < keyed.size(); ++r) rank_[keyed[r].u] = static_cast<int>(r);
+    }
+    Outcome r = Outcome::kFound;
+    for (const auto& [most, j] : order) {
+      r = search(j, cur_off, -1, placed, depth, parts_[j].buffers);
+      if (r != Outcome::kFound) break;
+    }
+    for (const auto& [u, rk] : saved) rank_[u] = rk;
+    parts_.resize(base);
+    return r;
+  }
+
+  // key: a preorder key of buffer i now (T counts only unplaced bytes).
+  double key(int i, char k) const {
+    const Problem& p = p_;
+    switch (k) {
+      case 'T': {
+        uint64_t t = 0;
+        for (int s = p.first[i]; s < p.last[i]; ++s) t = std::max(t, total_[s]);
+        return static_cast<double>(t);
+      }
+      case 'W': return static_cast<double>(p.length[i]);
+      case 'C': return p.last[i] - p.first[i];
+      case 'Z': return static_cast<double>(p.size[i]);
+      case 'A': return static_cast<double>(p.size[i]) * static_cast<double>(p.length[i]);
+    }
+    return 0;
+  }
+
+  // search: a node of part `part`; the buffer placed last (`placed`, -1: none) went to
+  // cur_off with rank cur_rank.
+  // `from`: the part's buffers, or a list of them that holds every unplaced one.
+  Outcome search(size_t part, uint64_t cur_off, int cur_rank, int placed, int depth, const std::vector<int>& from) {
+    if (++nodes_ > node_limit_) return Outcome::kAborted;
+    if ((nodes_ & 255) == 0 && (Clock::now() > deadline_ || cancel_->load(std::memory_order_relaxed))) {
+      return Outcome::kAborted;
+    }
+    const Problem& p = p_;
+    const int lo = parts_[part].lo, hi = parts_[part].hi;
+    // One pass over the unplaced buffers: they become this depth's list; their floors give
+    // the candidates, the least end any could take, and each clique's lowest floor.
+    std::vector<int>& alive = alive_[depth];
+    alive.resize(from.size());
+    std::vector<int>& cand = cands_[depth];
+    cand.resize(from.size());
+    size_t n_alive = 0, n_cand = 0;
+    uint64_t min_height = kUnplaced;
+    std::fill(low_.begin() + lo, low_.begin() + hi, kUnplaced);
+    for (int u : from) {
+      if (off_[u] != kUnplaced) continue;
+      alive[n_alive++] = u;
+      const uint64_t m = minoff_[u];
+      min_height = std::min(min_height, m + p.size[u]);
+      if (m > cur_off || (m == cur_off && rank_[u] > cur_rank)) cand[n_cand++] = u;
+      for (int s = p.first[u]; s < p.last[u]; ++s) low_[s] = std::min(low_[s], m);
+    }
+    alive.resize(n_alive);
+    cand.resize(n_cand);
+    if (n_alive == 0) return Outcome::kFound;
+    // Section inference: the unplaced buffers of a clique stack above their floors, so the
+    // lowest floor (at least the current offset) plus their bytes must fit.
+    for (int s = lo; s < hi; ++s) {
+      if (low_[s] != kUnplaced && std::max(low_[s], cur_off) + total_[s] > limit_) return Outcome::kNotFound;
+    }
+    // Where the last buffer went, the exact least top of each clique's stack (one machine
+    // with release dates): max over t of t + the bytes whose floor is >= t.
+    if (placed >= 0) {
+      for (int s = std::max(lo, p.first[placed]); s < std::min(hi, p.last[placed]); ++s) {
+        if (!stack_fits(s, cur_off)) return Outcome::kNotFound;
+      }
+    }
+    size_t kept = 0;
+    for (int u : cand) {
+      if (minoff_[u] < min_height && minoff_[u] + p.bytes[u] <= capacity_) cand[kept++] = u;
+    }
+    cand.resize(kept);
+    std::sort(cand.begin(), cand.end(), [&](int a, int b) {
+      return minoff_[a] != minoff_[b] ? minoff_[a] < minoff_[b] : rank_[a] < rank_[b];
+    });
+    for (size_t k = 0; k < cand.size(); ++k) {
+      const int u = cand[k];
+      if (ix_.twin_prev[u] >= 0 && off_[ix_.twin_prev[u]] == kUnplaced) continue;
+      bool hatless = true;
+      const Outcome r = place(part, u, depth, alive, &hatless);
+      if (r != Outcome::kNotFound) return r;
+      if (hatless) break;
+    }
+    return Outcome::kNotFound;
+  }
+
+  // stack_fits: the release-date bound of clique s (low_[s] filled by search()).
+  bool stack_fits(int s, uint64_t cur_off) {
+    if (low_[s] == kUnplaced) return true;
+    const Problem& p = p_;
+    const uint64_t base = std::max(low_[s], cur_off);
+    const uint64_t slack = limit_ - base - total_[s];
+    stack_.resize(ix_.member_start[s + 1] - ix_.member_start[s]);
+    size_t n = 0;
+    uint64_t high = 0;
+    for (int64_t k = ix_.member_start[s]; k < ix_.member_start[s + 1]; ++k) {
+      const int v = ix_.members[k];
+      if (off_[v] != kUnplaced) continue;
+      const uint64_t f = std::max(minoff_[v], cur_off);
+      high = std::max(high, f);
+      stack_[n++] = {f, p.size[v]};
+    }
+    stack_.resize(n);
+    if (high - base <= slack) return true;  // no gap between floors exceeds the slack
+    std::sort(stack_.begin(), stack_.end(), std::greater<>());
+    uint64_t above = 0;
+    for (const auto& [floor, bytes] : stack_) {
+      above += bytes;
+      if (floor + above > limit_) return false;
+    }
+    return true;
+  }
+
+  // place: u at its floor, then the subtree below; undone before returning. hatless: set
+  // false when u overlaps an unplaced buffer.
+  Outcome place(size_t part, int u, int depth, const std::vector<int>& alive, bool* hatless) {
+    const Problem& p = p_;
+    const uint64_t o = minoff_[u], h = o + p.size[u];
+    const size_t minoff_mark = minoff_log_.size();
+    off_[u] = o;
+    solution_[u] = o;
+    for (int s = p.first[u]; s < p.last[u]; ++s) total_[s] -= p.size[u];
+    for (int64_t k = ix_.adj_start[u]; k < ix_.adj_start[u + 1]; ++k) {
+      const int v = ix_.adj[k];
+      if (off_[v] != kUnplaced) continue;
+      *hatless = false;
+      if (minoff_[v] < h) {
+        minoff_log_.push_back({v, minoff_[v]});
+        minoff_[v] = h;
+      }
+    }
+    const int lo = parts_[part].lo, hi = parts_[part].hi;
+    std::vector<int>& cut = splits_[depth];
+    cut.clear();
+    for (int k = p.first[u]; k + 1 < p.last[u]; ++k) {
+      if (--cuts_[k] == 0 && k >= lo && k + 1 < hi) cut.push_back(k);
+    }
+    Outcome r;
+    if (cut.empty()) {
+      r = search(part, o, rank_[u], u, depth + 1, alive);
+    } else {
+      const std::vector<int> cuts = cut;  // splits_ is reused below
+      r = split_and_solve(alive, lo, hi, cuts, o, u, depth + 1);
+    }
+    for (int k = p.first[u]; k + 1 < p.last[u]; ++k) ++cuts_[k];
+    while (minoff_log_.size() > minoff_mark) {
+      minoff_[minoff_log_.back().first] = minoff_log_.back().second;
+      minoff_log_.pop_back();
+    }
+    for (int s = p.first[u]; s < p.last[u]; ++s) total_[s] += p.size[u];
+    off_[u] = kUnplaced;
+    return r;
+  }
+
+  const Problem& p_;
+  const SearchIndex& ix_;
+  const std::atomic<bool>* cancel_;
+  // Per run.
+  uint64_t capacity_ = 0;  // every buffer must end (offset + bytes asked) at or below it
+  uint64_t limit_ = 0;     // capacity_ + pad: bound on a clique's stack of rounded sizes
+  std::string keys_;
+  int64_t node_limit_ = 0, nodes_ = 0;
+  Clock::time_point deadline_;
+  std::vector<uint64_t> off_, solution_;
+  std::vector<uint64_t> minoff_;  // floor of each unplaced buffer: highest placed end it overlaps
+  std::vector<int> rank_;         // preorder within the buffer's part
+  std::vector<uint64_t> total_;   // unplaced bytes per clique
+  std::vector<uint64_t> low_;     // per clique, the lowest floor of its unplaced buffers (scratch)
+  std::vector<std::pair<uint64_t, uint64_t>> stack_;  // (floor, bytes) in one clique (scratch)
+  std::vector<int> cuts_;         // unplaced buffers live in both clique k and k + 1
+  std::deque<Part> parts_;
+  std::vector<std::vector<int>> alive_, cands_, splits_;  // per depth
+  std::vector<std::pair<int, uint64_t>> minoff_log_;
+};
+
+// ----------------------------------------------------------------------------------------
+// CSV helpers
+
+std::string trim(absl::string_view s) { return std::string(absl::StripAsciiWhitespace(s)); }
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------
+// Public API
+
+absl::Status check_buffers(const std::vector<PlanBuffer>& buffers) {
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const PlanBuffer& b = buffers[i];
+    if (b.lower >= b.upper) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer id ", b.id, " (index ", i, "): lower ", b.lower, " >= upper ", b.upper,
+          ": expected a half-open lifetime [lower, upper) with lower < upper"));
+    }
+    if (b.size == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer id ", b.id, " (index ", i, "): size 0: expected a size of at least 1 byte"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+size_t lower_bound(const std::vector<PlanBuffer>& buffers) {
+  size_t live = 0, peak = 0;
+  for (const Event& e : sorted_events(buffers)) {
+    if (e.kind == 1) {
+      live += buffers[e.index].size;
+      peak = std::max(peak, live);
+    } else {
+      live -= buffers[e.index].size;
+    }
+  }
+  return peak;
+}
+
+size_t peak_of(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>& offsets) {
+  size_t peak = 0;
+  for (size_t i = 0; i < buffers.size() && i < offsets.size(); ++i) {
+    peak = std::max(peak, offsets[i] + buffers[i].size);
+  }
+  return peak;
+}
+
+absl::Status validate(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>& offsets,
+                      size_t alignment) {
+  if (absl::Status s = check_buffers(buffers); !s.ok()) return s;
+  if (offsets.size() != buffers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan has ", offsets.size(), " offsets for ",
+                                                   buffers.size(), " buffers: expected one offset per buffer"));
+  }
+  if (alignment == 0) alignment = 1;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (offsets[i] % alignment != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer id ", buffers[i].id, ": offset ", offsets[i],
+                                                     " is not a multiple of the alignment ", alignment));
+    }
+    if (offsets[i] > std::numeric_limits<size_t>::max() - buffers[i].size) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer id ", buffers[i].id, ": offset ", offsets[i],
+                                                     " + size ", buffers[i].size, " overflows"));
+    }
+  }
+  // Sweep: the live buffers, by offset, never overlap in memory, so a new buffer can only
+  // collide with its neighbours in that order.
+  std::set<std::pair<size_t, int>> live;
+  for (const Event& e : sorted_events(buffers)) {
+    const int i = e.index;
+    if (e.kind == 0) {
+      live.erase({offsets[i], i});
+      continue;
+    }
+    const size_t lo = offsets[i], hi = lo + buffers[i].size;
+    int other = -1;
+    auto it = live.lower_bound({lo, -1});
+    if (it != live.end() && it->first < hi) other = it->second;
+    if (other < 0 && it != live.begin()) {
+      auto below = std::prev(it);
+      if (below->first + buffers[below->second].size > lo) other = below->second;
+    }
+    if (other >= 0) {
+      const PlanBuffer& a = buffers[other];
+      const PlanBuffer& b = buffers[i];
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffers id ", a.id, " (live [", a.lower, ", ", a.upper, "), bytes [", offsets[other], ", ",
+          offsets[other] + a.size, ")) and id ", b.id, " (live [", b.lower, ", ", b.upper, "), bytes [", lo, ", ",
+          hi, ")) are live at the same time and overlap in memory: expected disjoint byte ranges"));
+    }
+    live.insert({lo, i});
+  }
+  return absl::OkStatus();
+}
+
+std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, size_t alignment) {
+  const uint64_t a = std::max<size_t>(1, alignment);
+  std::vector<uint64_t> size(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) size[i] = align_up(buffers[i].size, a);
+  std::vector<uint64_t> off = simulate_rules(buffers, size);
+  return std::vector<size_t>(off.begin(), off.end());
+}
+
+std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers, size_t alignment) {
+  const Problem p = make_problem(buffers, alignment);
+  std::vector<uint64_t> off = greedy_by_size(p, Clock::time_point::max());
+  return std::vector<size_t>(off.begin(), off.end());
+}
+
+std::vector<size_t> plan_skyline(const std::vector<PlanBuffer>& buffers, size_t alignment) {
+  const Problem p = make_problem(buffers, alignment);
+  std::vector<uint64_t> off = skyline(p, preorder(p, kPreorders[0]), Clock::time_point::max());
+  return std::vector<size_t>(off.begin(), off.end());
+}
+
+absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const PlanOptions& options) {
+  const Clock::time_point t0 = Clock::now();
+  if (absl::Status s = check_buffers(buffers); !s.ok()) return s;
+  if (options.alignment == 0) {
+    return absl::InvalidArgumentError("plan: alignment 0: expected a positive number of bytes (1 for none)");
+  }
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: threads ", options.threads, ": expected a count >= 1, or 0 for every core"));
+  }
+  if (!(options.time_limit_sec >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: time limit ", options.time_limit_sec, " s: expected a number of seconds >= 0"));
+  }
+  const double limit = std::min(options.time_limit_sec, 1e7);
+  const Clock::time_point deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+  PlanResult res;
+  res.lower_bound = lower_bound(buffers);
+  const int n = static_cast<int>(buffers.size());
+  if (n == 0) {
+    res.method = "none";
+    res.optimal = true;
+    res.seconds = seconds_since(t0);
+    return res;
+  }
+  const Problem p = make_problem(buffers, options.alignment);
+  const uint64_t goal = std::max<uint64_t>(res.lower_bound, options.target_peak);
+  res.peak = std::numeric_limits<size_t>::max();
+  auto consider = [&](const std::vector<uint64_t>& off, const char* method) {
+    if (off.empty()) return;
+    std::vector<size_t> o(off.begin(), off.end());
+    const size_t peak = peak_of(buffers, o);
+    if (peak < res.peak) {
+      res.peak = peak;
+      res.offsets = std::move(o);
+      res.method = method;
+    }
+  };
+  auto done = [&] { return res.peak <= goal; };
+
+  // Heuristics first, the best kept: the simulation always (O(n log n)); the skyline and
+  // greedy by size cost about a tenth of a microsecond per pair of buffers live at once,
+  // so each runs only when that estimate fits in the time left (and stops at the deadline).
+  auto affordable = [&](double ns_per_overlap) {
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    return p.overlaps * ns_per_overlap * 1e-9 <= left;
+  };
+  consider(simulate_rules(buffers, p.size), "rules");
+  if (!done() && affordable(kSkylineNsPerOverlap)) {
+    consider(skyline(p, preorder(p, kPreorders[0]), deadline), "skyline");
+  }
+  if (!done() && affordable(kGreedyNsPerOverlap)) consider(greedy_by_size(p, deadline), "greedy");
+  for (size_t k = 1; k < std::size(kPreorders) && !done() && affordable(kSkylineNsPerOverlap); ++k) {
+    consider(skyline(p, preorder(p, kPreorders[k]), deadline), "skyline");
+  }
+
+  // Then the search. Tasks come in rounds: each preorder at the goal, then (when no target
+  // was given and the goal stays out of reach) each at halfway between the goal and the
+  // best plan so far; every round doubles the node limit. A capacity proved infeasible
+  // moves the goal up. With threads > 1 the tasks are shared out, and the first plan at
+  // the goal stops the others.
+  bool proved = false;
+  if (!done() && n <= kSearchMaxBuffers && p.overlaps <= kSearchMaxOverlaps && Clock::now() < deadline) {
+    // A plan's peak is some offset (a multiple of the alignment) plus some buffer's bytes:
+    // next_end(x) is the least such value above x, the next capacity worth a search.
+    std::vector<uint64_t> residues;
+    for (int i = 0; i < n; ++i) residues.push_back(p.bytes[i] % p.alignment);
+    std::sort(residues.begin(), residues.end());
+    residues.erase(std::unique(residues.begin(), residues.end()), residues.end());
+    auto next_end = [&](uint64_t x) {
+      uint64_t best = kUnplaced;
+      for (uint64_t r : residues) {
+        uint64_t e = x - x % p.alignment + r;
+        if (e <= x) e += p.alignment;
+        best = std::min(best, e);
+      }
+      return best;
+    };
+    const uint64_t floor = std::max<uint64_t>(res.lower_bound, goal);
+    const SearchIndex index(p);
+    std::mutex mu;  // guards everything below, and res
+    std::atomic<bool> stop{false};
+    uint64_t lo = floor == 0 ? 0 : next_end(floor - 1);  // capacities: real bytes
+    bool lo_proven = floor == res.lower_bound;           // nothing below lo fits
+    uint64_t hi = res.peak;
+    uint64_t next_task = 0;
+    int64_t nodes = 0;
+    const int preorders = static_cast<int>(std::size(kPreorders));
+    const int per_round = options.target_peak > 0 ? preorders : 2 * preorders;
+    const int64_t first_limit = std::max<int64_t>(2 * n, 1000);
+    auto worker = [&] {
+      BranchAndBound bnb(p, index, &stop);
+      std::vector<uint64_t> off;
+      while (true) {
+        uint64_t cap = 0;
+        int64_t node_limit = 0;
+        const char* keys = nullptr;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (done() || lo >= hi || Clock::now() >= deadline) {
+            stop = true;
+            return;
+          }
+          const uint64_t task = next_task++;
+          const int k = static_cast<int>(task % per_round);
+          keys = kPreorders[k % preorders];
+          cap = k < preorders ? lo : lo + (hi - lo) / 2;
+          if (cap >= hi || (k >= preorders && cap <= lo)) continue;
+          node_limit = first_limit << std::min<uint64_t>(task / per_round, 40);
+        }
+        const BranchAndBound::Outcome r = bnb.run(cap, keys, node_limit, deadline, &off);
+        std::lock_guard<std::mutex> lock(mu);
+        nodes += bnb.nodes();
+        if (r == BranchAndBound::Outcome::kFound) {
+          consider(off, "search");
+          hi = std::min<uint64_t>(hi, res.peak);
+        } else if (r == BranchAndBound::Outcome::kNotFound && cap >= lo) {
+          lo = next_end(cap);
+          lo_proven = true;
+        }
+      }
+    };
+    const int threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+    std::vector<pthread_t> workers;
+    for (int t = 0; t < threads; ++t) {
+      pthread_t id;
+      if (start_with_stack(&id, kSearchStackBytes, worker)) workers.push_back(id);
+    }
+    if (workers.empty()) worker();  // no thread could start: search here, on this stack
+    for (pthread_t id : workers) pthread_join(id, nullptr);
+    proved = lo >= hi && lo_proven;
+    res.search_nodes = nodes;
+  }
+
+  if (absl::Status s = validate(buffers, res.offsets, options.alignment); !s.ok()) {
+    return absl::InternalError(absl::StrCat("plan: the ", res.method, " plan does not validate: ", s.message()));
+  }
+  res.optimal = res.peak == res.lower_bound || proved;
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+// ------------------------------------------------------------------------------------------
+// MiniMalloc CSV
+
+absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  const std::string body = text.str();
+  enum Column { kId, kLower, kUpper, kSize, kOffset, kColumns };
+  static const char* kNames[kColumns] = {"id", "lower", "upper", "size", "offset"};
+  int column_of[kColumns] = {-1, -1, -1, -1, -1};
+  int fields = 0;
+  bool have_header = false;
+  CsvProblem out;
+  absl::flat_hash_map<int64_t, int> line_of_id;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    const std::vector<absl::string_view> cells = absl::StrSplit(line, ',');
+    const std::string where = absl::StrCat(path, ":", line_no, ": ");
+    if (!have_header) {
+      have_header = true;
+      fields = static_cast<int>(cells.size());
+      for (int k = 0; k < fields; ++k) {
+        const std::string name = absl::AsciiStrToLower(trim(cells[k]));
+        int c = 0;
+        while (c < kColumns && name != kNames[c]) ++c;
+        if (c == kColumns) {
+          return absl::InvalidArgumentError(absl::StrCat(where, "unknown column '", name,
+                                                         "': expected a header of id, lower, upper, size "
+                                                         "and optionally offset"));
+        }
+        if (column_of[c] >= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(where, "column '", name, "' appears twice"));
+        }
+        column_of[c] = k;
+      }
+      for (int c = 0; c < kOffset; ++c) {
+        if (column_of[c] < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(where, "the header has no '", kNames[c],
+                                                         "' column: expected id, lower, upper and size"));
+        }
+      }
+      continue;
+    }
+    if (static_cast<int>(cells.size()) != fields) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, cells.size(), " fields, expected ", fields, " as in the header"));
+    }
+    int64_t v[kColumns] = {0, 0, 0, 0, 0};
+    for (int c = 0; c < kColumns; ++c) {
+      if (column_of[c] < 0) continue;
+      const std::string cell = trim(cells[column_of[c]]);
+      if (!absl::SimpleAtoi(cell, &v[c])) {
+        return absl::InvalidArgumentError(absl::StrCat(where, kNames[c], " '", cell, "' is not an integer"));
+      }
+    }
+    if (v[kLower] >= v[kUpper]) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "lower ", v[kLower], " >= upper ", v[kUpper],
+                                                     ": expected lower < upper (the buffer is live over "
+                                                     "[lower, upper))"));
+    }
+    if (v[kSize] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "size ", v[kSize], ": expected a size of at least 1 byte"));
+    }
+    if (column_of[kOffset] >= 0 && v[kOffset] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "offset ", v[kOffset], ": expected an offset >= 0"));
+    }
+    if (auto [it, inserted] = line_of_id.try_emplace(v[kId], line_no); !inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "id ", v[kId], " repeats line ", it->second, ": expected unique ids"));
+    }
+    out.buffers.push_back({v[kId], v[kLower], v[kUpper], static_cast<size_t>(v[kSize])});
+    if (column_of[kOffset] >= 0) out.offsets.push_back(static_cast<size_t>(v[kOffset]));
+  }
+  if (!have_header) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": empty: expected a header line id,lower,upper,size and one line per buffer"));
+  }
+  return out;
+}
+
+absl::Status write_minimalloc_csv(const std::string& path, const std::vector<PlanBuffer>& buffers,
+                                  const std::vector<size_t>& offsets) {
+  if (offsets.size() != buffers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("write ", path, ": ", offsets.size(), " offsets for ",
+                                                   buffers.size(), " buffers: expected one per buffer"));
+  }
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  bool ok = std::fputs("id,lower,upper,size,offset\n", f) >= 0;
+  for (size_t i = 0; ok && i < buffers.size(); ++i) {
+    const PlanBuffer& b = buffers[i];
+    ok = std::fprintf(f, "%lld,%lld,%lld,%zu,%zu\n", static_cast<long long>(b.id), static_cast<long long>(b.lower),
+                      static_cast<long long>(b.upper), b.size, offsets[i]) > 0;
+  }
+  const int saved = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(saved ? saved : errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(e)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mtc::alloc

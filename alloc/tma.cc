@@ -1,0 +1,181 @@
+// Tma: tracing the compute region's transient requests, planning their offsets once a
+// signature recurs, and proposing the planned offsets. See tma.h.
+#include "alloc/tma.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace mtc::alloc {
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  // splitmix64's finaliser over h ^ v: order-sensitive and cheap.
+  uint64_t x = h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+constexpr size_t kMaxTraced = 256;
+
+Tma::Tma(TmaOptions options) : opts_(options) {}
+
+void Tma::boundary(const Region& region) {
+  if (in_iteration_) end_iteration();
+  in_iteration_ = true;
+  clock_ = 0;
+  requests_.clear();
+  live_.clear();
+  seen_.clear();
+  prefix_ = 0;
+  program_requests_ = 0;
+  diverged_ = false;
+  choose_base(region);
+}
+
+void Tma::choose_base(const Region& region) {
+  active_ = nullptr;
+  iteration_planned_ = false;
+  if (plans_.empty()) return;
+  // The plan of the last iteration's signature when it has one, else the newest.
+  const Plan* p = plans_.back().get();
+  if (auto it = cache_.find(last_signature_); it != cache_.end() && it->second.plan) p = it->second.plan.get();
+  // The lowest free stretch that holds the whole plan: above the persistent blocks at the
+  // region's low end when they are packed there, around them when they are not.
+  std::optional<Block> room = region.lowest_free(p->peak);
+  if (!room) {
+    // No free block holds the whole plan (under a tight region, a crossing tensor or a
+    // hole among the persistent blocks takes a little of it): the plan goes to the
+    // largest free block, and the requests planned past its end fall back to best-fit.
+    ++stats_.plan_failures;
+    const size_t largest = region.largest_free();
+    if (largest == 0) return;
+    room = region.lowest_free(largest);
+  }
+  base_ = room->offset;
+  base_limit_ = std::max(room->offset + room->size, base_ + p->peak);
+  active_ = p;
+  iteration_planned_ = true;
+  ++stats_.planned_iterations;
+}
+
+std::optional<size_t> Tma::propose(uint64_t op_key, size_t size) {
+  if (!in_iteration_ || active_ == nullptr) return std::nullopt;
+  const uint64_t key = mix(op_key, size);
+  const size_t k = program_requests_;
+  const uint64_t prefix = mix(prefix_, key);
+  if (!is_regeneration(op_key) && !diverged_ && (k >= active_->prefix.size() || active_->prefix[k] != prefix)) {
+    // The iteration left the active plan's sequence here. Another cached plan with this
+    // same prefix (a dynamic model's other shape) takes over; if none has it, the active
+    // plan stays and is matched by (key, occurrence) from here on.
+    for (auto it = plans_.rbegin(); it != plans_.rend(); ++it) {
+      const Plan& q = **it;
+      if (k < q.prefix.size() && q.prefix[k] == prefix && base_ + q.peak <= base_limit_) {
+        active_ = &q;
+        break;
+      }
+    }
+    // A prefix no plan has now, none will have later in this iteration.
+    diverged_ = active_->prefix.size() <= k || active_->prefix[k] != prefix;
+  }
+  // The n-th request of this key in the iteration takes the plan's n-th of that key, so
+  // a request inserted or left out (a recompute, an eviction's swap-in) shifts no other.
+  auto it = active_->by_key.find(key);
+  if (it == active_->by_key.end()) return std::nullopt;
+  auto seen = seen_.find(key);
+  const size_t n = seen == seen_.end() ? 0 : seen->second;
+  if (n >= it->second.size() || it->second[n] < 0) return std::nullopt;
+  return base_ + static_cast<size_t>(it->second[n]);
+}
+
+void Tma::placed(uint64_t op_key, Block b, bool hit) {
+  if (!in_iteration_) return;
+  const uint64_t key = mix(op_key, b.size);
+  const bool program = !is_regeneration(op_key);
+  if (program) {
+    prefix_ = mix(prefix_, key);
+    ++program_requests_;
+  }
+  ++seen_[key];
+  live_[b.offset] = requests_.size();
+  requests_.push_back(Request{key, b.size, clock_++, -1, program});
+  if (iteration_planned_) ++(hit ? stats_.hits : stats_.misses);
+}
+
+void Tma::freed(Block b) {
+  if (!in_iteration_) return;
+  auto it = live_.find(b.offset);
+  if (it == live_.end()) return;  // allocated before this iteration began
+  requests_[it->second].end = clock_++;
+  live_.erase(it);
+}
+
+void Tma::end_iteration() {
+  ++stats_.iterations;
+  uint64_t signature = 0;
+  for (const Request& r : requests_) {
+    if (r.program) signature = mix(signature, r.key);
+  }
+  last_signature_ = signature;
+  const bool past_warmup = stats_.iterations > static_cast<uint64_t>(opts_.warmup_iterations);
+  Entry& e = cache_[signature];
+  ++e.seen;
+  if (past_warmup) {
+    ++stats_.cache_lookups;
+    if (e.plan) ++stats_.cache_hits;
+  }
+  if (e.plan) return;
+  if (stats_.iterations >= static_cast<uint64_t>(opts_.warmup_iterations) && e.seen >= 2) {
+    make_plan(signature, requests_);  // this iteration's trace: the signature's latest
+    return;
+  }
+  // A model whose shapes rarely recur must not hoard entries: past kMaxTraced signatures
+  // waiting for a second sighting, those seen once are forgotten.
+  if (cache_.size() > kMaxTraced) {
+    absl::erase_if(cache_, [&](const auto& kv) {
+      return kv.first != signature && !kv.second.plan && kv.second.seen < 2;
+    });
+  }
+}
+
+void Tma::make_plan(uint64_t signature, const std::vector<Request>& trace) {
+  // Transient requests only: those freed within the iteration.
+  std::vector<PlanBuffer> buffers;
+  std::vector<size_t> index;  // buffers[i] is trace[index[i]]
+  for (size_t k = 0; k < trace.size(); ++k) {
+    if (trace[k].end < 0) continue;
+    buffers.push_back(PlanBuffer{static_cast<int64_t>(k), trace[k].start, trace[k].end, trace[k].size});
+    index.push_back(k);
+  }
+  auto plan = std::make_shared<Plan>();
+  uint64_t prefix = 0;
+  for (const Request& r : trace) {
+    if (!r.program) continue;
+    prefix = mix(prefix, r.key);
+    plan->prefix.push_back(prefix);
+  }
+  std::vector<int64_t> offsets(trace.size(), -1);
+  if (!buffers.empty()) {
+    PlanOptions po;
+    po.time_limit_sec = opts_.plan_time_limit_sec;
+    po.alignment = kAlignment;
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<PlanResult> r = alloc::plan(buffers, po);
+    stats_.plan_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.ok()) return;  // traced sizes are positive and lifetimes ordered: not expected
+    for (size_t i = 0; i < buffers.size(); ++i) offsets[index[i]] = static_cast<int64_t>(r->offsets[i]);
+    plan->peak = r->peak;
+    stats_.last_plan_peak = r->peak;
+    stats_.last_plan_lower_bound = r->lower_bound;
+  }
+  for (size_t k = 0; k < trace.size(); ++k) plan->by_key[trace[k].key].push_back(offsets[k]);
+  ++stats_.plans;
+  cache_[signature].plan = plan;
+  plans_.push_back(std::move(plan));
+}
+
+}  // namespace mtc::alloc

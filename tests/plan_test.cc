@@ -1,0 +1,495 @@
+// Tests of the TMA planner (alloc/plan.h) and the mtc-plan tool: properties over 10,000
+// random traces (every plan validates, peak >= lower bound), the optimum of tiny traces
+// against brute force over every placement order, the validator on broken plans, the
+// paper's rules on hand-made traces, the CSV format and its errors, a runtime-sized trace
+// under the runtime's options, and mtc-plan's output and exit codes (the binary is run).
+#include "alloc/plan.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace mtc::alloc {
+namespace {
+
+// random_trace: n buffers with lifetimes in [0, horizon) and sizes from one of three
+// families (tiny, mixed, or multiples of 64 with some repeats), so that ties, twins and
+// touching lifetimes ([a, b) then [b, c)) all occur.
+std::vector<PlanBuffer> random_trace(std::mt19937_64& rng, int n) {
+  const int horizon = 4 + static_cast<int>(rng() % 28);
+  const int family = static_cast<int>(rng() % 3);
+  std::vector<PlanBuffer> b(n);
+  for (int i = 0; i < n; ++i) {
+    const int64_t lo = static_cast<int64_t>(rng() % horizon);
+    const int64_t len = 1 + static_cast<int64_t>(rng() % (1 + horizon / 2));
+    size_t size = 0;
+    switch (family) {
+      case 0: size = 1 + rng() % 8; break;
+      case 1: size = 1 + rng() % 1000; break;
+      default: size = 64 * (1 + rng() % 6); break;
+    }
+    b[i] = {1000 + i, lo, lo + len, size};
+    if (i > 0 && rng() % 8 == 0) b[i] = {1000 + i, b[i - 1].lower, b[i - 1].upper, b[i - 1].size};  // a twin
+  }
+  return b;
+}
+
+bool overlap_in_time(const PlanBuffer& a, const PlanBuffer& b) { return a.lower < b.upper && b.lower < a.upper; }
+
+// brute_force_optimum: the least peak over every order of placing buffers, each on top of
+// the highest one placed before it that it overlaps in time. Every plan can be pushed
+// down to one of these (its buffers sorted by offset), so this is the optimum. n <= 7.
+size_t brute_force_optimum(const std::vector<PlanBuffer>& b, size_t alignment) {
+  const int n = static_cast<int>(b.size());
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  auto rounded = [&](size_t s) { return (s + alignment - 1) / alignment * alignment; };
+  size_t best = SIZE_MAX;
+  do {
+    std::vector<size_t> off(n, 0);
+    size_t peak = 0;
+    for (int k = 0; k < n; ++k) {
+      const int u = order[k];
+      for (int j = 0; j < k; ++j) {
+        const int v = order[j];
+        if (overlap_in_time(b[u], b[v])) off[u] = std::max(off[u], off[v] + rounded(b[v].size));
+      }
+      peak = std::max(peak, off[u] + b[u].size);
+    }
+    best = std::min(best, peak);
+  } while (std::next_permutation(order.begin(), order.end()));
+  return n == 0 ? 0 : best;
+}
+
+// brute_force_lower_bound: max over every instant of the live bytes.
+size_t brute_force_lower_bound(const std::vector<PlanBuffer>& b) {
+  size_t best = 0;
+  for (const PlanBuffer& at : b) {
+    size_t live = 0;
+    for (const PlanBuffer& x : b) {
+      if (x.lower <= at.lower && at.lower < x.upper) live += x.size;
+    }
+    best = std::max(best, live);
+  }
+  return best;
+}
+
+// brute_force_valid: no two buffers live at once share a byte; every offset aligned.
+bool brute_force_valid(const std::vector<PlanBuffer>& b, const std::vector<size_t>& off, size_t alignment) {
+  if (off.size() != b.size()) return false;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (off[i] % alignment != 0) return false;
+    for (size_t j = i + 1; j < b.size(); ++j) {
+      if (overlap_in_time(b[i], b[j]) && off[i] < off[j] + b[j].size && off[j] < off[i] + b[i].size) return false;
+    }
+  }
+  return true;
+}
+
+// temp_dir: a directory of this process's own, removed when the process exits.
+std::string temp_dir() {
+  struct Dir {
+    std::string path;
+    Dir() {
+      char tmpl[] = "/tmp/plan_test.XXXXXX";
+      const char* d = mkdtemp(tmpl);
+      path = d ? d : "";
+    }
+    ~Dir() {
+      if (!path.empty()) std::filesystem::remove_all(path);
+    }
+  };
+  static Dir dir;
+  return dir.path;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = temp_dir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// Properties over random traces.
+
+TEST(PlanProperties, TenThousandRandomTracesValidateAboveTheLowerBound) {
+  std::mt19937_64 rng(20240601);
+  int optimal = 0, searched = 0;
+  double slowest = 0;
+  for (int t = 0; t < 10000; ++t) {
+    const int n = static_cast<int>(rng() % 21);
+    const std::vector<PlanBuffer> b = random_trace(rng, n);
+    const size_t alignment = std::vector<size_t>{1, 1, 8, 256}[rng() % 4];
+    const size_t lb = lower_bound(b);
+    ASSERT_EQ(lb, brute_force_lower_bound(b)) << "trace " << t;
+    PlanOptions o;
+    o.alignment = alignment;
+    o.time_limit_sec = 0.005;  // most finish (proved optimal) long before
+    absl::StatusOr<PlanResult> r = plan(b, o);
+    ASSERT_TRUE(r.ok()) << "trace " << t << ": " << r.status();
+    ASSERT_TRUE(validate(b, r->offsets, alignment).ok()) << "trace " << t << ": " << validate(b, r->offsets, alignment);
+    ASSERT_TRUE(brute_force_valid(b, r->offsets, alignment)) << "trace " << t;
+    ASSERT_GE(r->peak, lb) << "trace " << t;
+    ASSERT_EQ(r->peak, peak_of(b, r->offsets)) << "trace " << t;
+    ASSERT_EQ(r->lower_bound, lb) << "trace " << t;
+    if (r->peak == lb) {
+      ASSERT_TRUE(r->optimal) << "trace " << t;
+    }
+    // Each method alone is valid too.
+    for (const std::vector<size_t>& off :
+         {plan_paper_rules(b, alignment), plan_greedy_by_size(b, alignment), plan_skyline(b, alignment)}) {
+      ASSERT_TRUE(brute_force_valid(b, off, alignment)) << "trace " << t;
+      ASSERT_LE(r->peak, peak_of(b, off)) << "trace " << t << ": plan() kept a worse plan than a method alone";
+    }
+    optimal += r->optimal;
+    searched += r->method == "search";
+    slowest = std::max(slowest, r->seconds);
+  }
+  std::printf("10000 traces: %d proved optimal, %d kept the search's plan, slowest plan() %.3f s\n", optimal,
+              searched, slowest);
+}
+
+// Against a reference: on traces of up to 7 buffers, plan() (given time) finds the optimum
+// of every placement order and says it is optimal.
+TEST(PlanProperties, TinyTracesReachTheBruteForceOptimum) {
+  std::mt19937_64 rng(7);
+  for (int t = 0; t < 2000; ++t) {
+    const int n = 1 + static_cast<int>(rng() % 7);
+    const std::vector<PlanBuffer> b = random_trace(rng, n);
+    const size_t alignment = rng() % 2 ? 1 : 64;
+    PlanOptions o;
+    o.alignment = alignment;
+    o.time_limit_sec = 5;
+    absl::StatusOr<PlanResult> r = plan(b, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const size_t best = brute_force_optimum(b, alignment);
+    ASSERT_EQ(r->peak, best) << "trace " << t << " (" << n << " buffers, alignment " << alignment << ")";
+    if (alignment == 1) {
+      ASSERT_TRUE(r->optimal) << "trace " << t;
+    }
+  }
+}
+
+// A target above the optimum stops the search there; the plan is at or below it.
+TEST(PlanProperties, TargetPeakStopsTheSearch) {
+  std::mt19937_64 rng(11);
+  for (int t = 0; t < 500; ++t) {
+    const std::vector<PlanBuffer> b = random_trace(rng, 1 + static_cast<int>(rng() % 7));
+    const size_t best = brute_force_optimum(b, 1);
+    PlanOptions o;
+    o.target_peak = best + rng() % 5;
+    o.time_limit_sec = 5;
+    absl::StatusOr<PlanResult> r = plan(b, o);
+    ASSERT_TRUE(r.ok());
+    ASSERT_LE(r->peak, o.target_peak) << "trace " << t;
+    ASSERT_GE(r->peak, best) << "trace " << t;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// The validator.
+
+TEST(PlanValidate, CatchesOverlapsMisalignmentAndWrongCounts) {
+  const std::vector<PlanBuffer> b = {{7, 0, 10, 100}, {8, 5, 15, 50}, {9, 10, 20, 100}};
+  EXPECT_TRUE(validate(b, {0, 100, 0}).ok());  // 7 and 9 touch in time only: [0,10) then [10,20)
+  const absl::Status overlap = validate(b, {0, 99, 0});
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(overlap));
+  EXPECT_NE(overlap.message().find("id 7"), std::string::npos) << overlap;
+  EXPECT_NE(overlap.message().find("id 8"), std::string::npos) << overlap;
+  EXPECT_FALSE(validate(b, {0, 100, 120}).ok());  // 9 meets 8 (live [5, 15)) at [100, 150)
+  EXPECT_FALSE(validate(b, {0, 100}).ok());       // one offset short
+  const absl::Status misaligned = validate(b, {0, 100, 0}, 64);
+  ASSERT_FALSE(misaligned.ok());
+  EXPECT_NE(misaligned.message().find("alignment 64"), std::string::npos) << misaligned;
+  EXPECT_FALSE(validate({{1, 5, 5, 8}}, {0}).ok());  // empty lifetime
+  EXPECT_FALSE(validate({{1, 0, 5, 0}}, {0}).ok());  // no bytes
+}
+
+TEST(PlanValidate, CatchesEveryDeliberateOverlapInRandomPlans) {
+  std::mt19937_64 rng(3);
+  int caught = 0;
+  for (int t = 0; t < 2000; ++t) {
+    const std::vector<PlanBuffer> b = random_trace(rng, 2 + static_cast<int>(rng() % 20));
+    std::vector<size_t> off = plan_greedy_by_size(b);
+    ASSERT_TRUE(validate(b, off).ok());
+    // Move one buffer onto another it overlaps in time, shifted by less than either size.
+    std::vector<std::pair<int, int>> pairs;
+    for (size_t i = 0; i < b.size(); ++i) {
+      for (size_t j = 0; j < b.size(); ++j) {
+        if (i != j && overlap_in_time(b[i], b[j])) pairs.push_back({static_cast<int>(i), static_cast<int>(j)});
+      }
+    }
+    if (pairs.empty()) continue;
+    const auto [i, j] = pairs[rng() % pairs.size()];
+    off[i] = off[j] + rng() % std::min(b[i].size, b[j].size);
+    ASSERT_FALSE(brute_force_valid(b, off, 1));
+    const absl::Status s = validate(b, off);
+    ASSERT_FALSE(s.ok()) << "trace " << t;
+    ++caught;
+  }
+  EXPECT_GT(caught, 1500);
+}
+
+// ------------------------------------------------------------------------------------------
+// The paper's rules, each on a trace made to need it (offsets in bytes).
+
+TEST(PlanRules, OverwriteTakesTheChunkFreedAtThatInstant) {
+  // At 0: 10 (128 bytes, dies at 2) at the bottom, 11 (64, long) and 12 (64, dies at 1)
+  // above. At 2, 13 (64) is born as 10 dies: it overwrites 10's bytes (rule 6) rather than
+  // take 12's idle chunk, an exact fit (rule 1).
+  const std::vector<PlanBuffer> b = {{10, 0, 2, 128}, {11, 0, 9, 64}, {12, 0, 1, 64}, {13, 2, 9, 64}};
+  const std::vector<size_t> off = plan_paper_rules(b);
+  ASSERT_TRUE(validate(b, off).ok());
+  EXPECT_EQ(off[0], 0u);
+  EXPECT_EQ(off[1], 128u);
+  EXPECT_EQ(off[2], 192u);
+  EXPECT_EQ(off[3], 0u);
+  EXPECT_EQ(peak_of(b, off), 256u);
+}
+
+TEST(PlanRules, DivisionThenExactFit) {
+  // 20 (128) frees at 1; at 3 nothing has just been freed, so 21 (80) splits 20's idle chunk
+  // (Alloc & Division) and 22 (48) takes the rest, an exact fit (Alloc); 23 stays above.
+  const std::vector<PlanBuffer> b = {{20, 0, 1, 128}, {23, 0, 9, 32}, {21, 3, 9, 80}, {22, 3, 9, 48}};
+  const std::vector<size_t> off = plan_paper_rules(b);
+  ASSERT_TRUE(validate(b, off).ok());
+  EXPECT_EQ(off[2], 0u);
+  EXPECT_EQ(off[3], 80u);
+  EXPECT_EQ(off[1], 128u);
+  EXPECT_EQ(peak_of(b, off), 160u);
+}
+
+TEST(PlanRules, FreeMergeThenSwell) {
+  // 30 (128) dies at 1 as 32 (80) and 31 (48) are born: they fill its chunk. Both die at 2
+  // and their chunks merge (Free & Merge) into one of 128 bytes; 33 (160) finds no idle
+  // chunk that large and swells it (Swell), pushing 34 (live throughout) from 128 to 160.
+  const std::vector<PlanBuffer> b = {
+      {30, 0, 1, 128}, {34, 0, 5, 32}, {31, 1, 2, 48}, {32, 1, 2, 80}, {33, 2, 5, 160}};
+  const std::vector<size_t> off = plan_paper_rules(b);
+  ASSERT_TRUE(validate(b, off).ok());
+  EXPECT_EQ(off[3], 0u);   // 32
+  EXPECT_EQ(off[2], 80u);  // 31
+  EXPECT_EQ(off[4], 0u);   // 33, in the swelled chunk
+  EXPECT_EQ(off[1], 160u);  // 34, pushed up
+  EXPECT_EQ(peak_of(b, off), 192u);
+}
+
+// ------------------------------------------------------------------------------------------
+// The runtime's use: a few thousand buffers, alignment 256, about a second.
+
+TEST(PlanRuntime, ThreeThousandBuffersAlignedWithinTheTimeLimit) {
+  std::mt19937_64 rng(5);
+  // An iteration-like trace: a stack of saved activations and short-lived temporaries.
+  std::vector<PlanBuffer> b;
+  int64_t id = 0;
+  for (int k = 0; k < 600; ++k) {
+    b.push_back({id++, k, 1200 - k, 256 * (1 + rng() % 64)});                     // saved activation
+    b.push_back({id++, k, k + 1 + static_cast<int64_t>(rng() % 3), 1 + rng() % 300000});  // temporary
+    b.push_back({id++, 1200 - k, 1201 - k + static_cast<int64_t>(rng() % 4), 1 + rng() % 100000});
+    b.push_back({id++, k, k + 2, 1000 + rng() % 5000});
+    b.push_back({id++, 1199 - k, 1201 - k, 1000 + rng() % 5000});
+  }
+  PlanOptions o;
+  o.alignment = 256;
+  o.time_limit_sec = 1.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<PlanResult> r = plan(b, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(validate(b, r->offsets, 256).ok());
+  EXPECT_LT(s, 1.5);
+  EXPECT_LE(static_cast<double>(r->peak), 1.01 * r->lower_bound);
+  std::printf("3000 buffers: peak %.4fx the lower bound by %s in %.3f s\n",
+              static_cast<double>(r->peak) / r->lower_bound, r->method.c_str(), s);
+}
+
+TEST(PlanRuntime, BadOptionsAndBuffersAreErrors) {
+  PlanOptions o;
+  o.alignment = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(plan({{1, 0, 1, 8}}, o).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(plan({{1, 3, 1, 8}}).status()));
+  const absl::Status zero = plan({{1, 0, 1, 8}, {42, 0, 1, 0}}).status();
+  EXPECT_NE(zero.message().find("id 42"), std::string::npos) << zero;
+  absl::StatusOr<PlanResult> none = plan({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->peak, 0u);
+  EXPECT_TRUE(none->optimal);
+}
+
+// ------------------------------------------------------------------------------------------
+// CSV.
+
+TEST(PlanCsv, RoundTrip) {
+  std::mt19937_64 rng(9);
+  for (int t = 0; t < 50; ++t) {
+    std::vector<PlanBuffer> b = random_trace(rng, static_cast<int>(rng() % 40));
+    for (PlanBuffer& x : b) x.lower -= 5;  // negative times too
+    const std::vector<size_t> off = plan_greedy_by_size(b);
+    const std::string path = temp_dir() + "/round" + std::to_string(t) + ".csv";
+    ASSERT_TRUE(write_minimalloc_csv(path, b, off).ok());
+    EXPECT_FALSE(exists(path + ".tmp"));
+    absl::StatusOr<CsvProblem> back = read_minimalloc_csv(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->buffers.size(), b.size());
+    for (size_t i = 0; i < b.size(); ++i) {
+      EXPECT_EQ(back->buffers[i].id, b[i].id);
+      EXPECT_EQ(back->buffers[i].lower, b[i].lower);
+      EXPECT_EQ(back->buffers[i].upper, b[i].upper);
+      EXPECT_EQ(back->buffers[i].size, b[i].size);
+    }
+    EXPECT_EQ(back->offsets, off);
+  }
+}
+
+TEST(PlanCsv, HeaderInAnyOrderCrlfAndBlankLines) {
+  const std::string path = write_file("order.csv", "size, upper ,lower,id\r\n64,10,0,1\r\n\r\n32,5,2,2\r\n");
+  absl::StatusOr<CsvProblem> p = read_minimalloc_csv(path);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->buffers.size(), 2u);
+  EXPECT_EQ(p->buffers[1].id, 2);
+  EXPECT_EQ(p->buffers[1].lower, 2);
+  EXPECT_EQ(p->buffers[1].upper, 5);
+  EXPECT_EQ(p->buffers[1].size, 32u);
+  EXPECT_TRUE(p->offsets.empty());
+}
+
+TEST(PlanCsv, MalformedFilesNameTheLine) {
+  struct Case {
+    const char* text;
+    const char* where;  // "FILE:LINE:" suffix expected in the message
+    const char* what;   // and this
+  };
+  const Case cases[] = {
+      {"id,lower,upper,size\n1,0,10,64\n2,0,x,64\n", ":3:", "upper 'x' is not an integer"},
+      {"id,lower,upper,size\n1,0,10,64\n2,0,10\n", ":3:", "3 fields, expected 4"},
+      {"id,lower,upper,size\n1,5,5,64\n", ":2:", "lower 5 >= upper 5"},
+      {"id,lower,upper,size\n1,0,10,64\n\n2,0,10,0\n", ":4:", "size 0"},
+      {"id,lower,upper,size\n1,0,10,-3\n", ":2:", "size -3"},
+      {"id,lower,upper,size,offset\n1,0,10,64,-1\n", ":2:", "offset -1"},
+      {"id,lower,upper,size\n4,0,10,64\n4,1,2,8\n", ":3:", "id 4 repeats line 2"},
+      {"id,lower,upper\n1,0,10\n", ":1:", "no 'size' column"},
+      {"id,lower,upper,size,gaps\n", ":1:", "unknown column 'gaps'"},
+      {"id,lower,lower,size\n", ":1:", "appears twice"},
+      {"id,lower,upper,size\n1,0,99999999999999999999,64\n", ":2:", "not an integer"},
+  };
+  int k = 0;
+  for (const Case& c : cases) {
+    const std::string path = write_file("bad" + std::to_string(k++) + ".csv", c.text);
+    absl::StatusOr<CsvProblem> p = read_minimalloc_csv(path);
+    ASSERT_FALSE(p.ok()) << c.text;
+    EXPECT_TRUE(absl::IsInvalidArgument(p.status()));
+    const std::string m(p.status().message());
+    EXPECT_NE(m.find(path + c.where), std::string::npos) << m;
+    EXPECT_NE(m.find(c.what), std::string::npos) << m;
+  }
+  EXPECT_FALSE(read_minimalloc_csv(write_file("empty.csv", "")).ok());
+  EXPECT_TRUE(absl::IsNotFound(read_minimalloc_csv(temp_dir() + "/no-such.csv").status()));
+}
+
+TEST(PlanCsv, WriteFailureLeavesNothingBehind) {
+  const std::string path = temp_dir() + "/no-such-dir/plan.csv";
+  const absl::Status s = write_minimalloc_csv(path, {{1, 0, 1, 8}}, {0});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(path), std::string::npos) << s;
+  EXPECT_FALSE(write_minimalloc_csv(temp_dir() + "/short.csv", {{1, 0, 1, 8}}, {}).ok());
+}
+
+// ------------------------------------------------------------------------------------------
+// mtc-plan, the binary (its path comes from the build).
+
+struct ToolRun {
+  int status = -1;
+  std::string output;
+};
+
+ToolRun run_plan(const std::string& args) {
+  const std::string cmd = std::string(MTC_PLAN_BINARY) + " " + args + " 2>&1";
+  ToolRun r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, got);
+  const int st = pclose(pipe);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(PlanCli, PlansWritesAndValidates) {
+  const std::string in = write_file("cli.csv", "id,lower,upper,size\n1,0,10,64\n2,5,15,32\n3,10,20,64\n");
+  const std::string out = temp_dir() + "/cli.plan.csv";
+  const ToolRun r = run_plan("--in=" + in + " --out " + out + " --time-limit=1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("lower bound 96 bytes, peak 96 bytes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("summary buffers=3 lower_bound=96 peak=96"), std::string::npos) << r.output;
+  absl::StatusOr<CsvProblem> back = read_minimalloc_csv(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->offsets.size(), 3u);
+  EXPECT_TRUE(validate(back->buffers, back->offsets).ok());
+  EXPECT_EQ(peak_of(back->buffers, back->offsets), 96u);
+  // The written plan read back as input: its offsets are checked and reported.
+  const ToolRun again = run_plan("--in=" + out + " --method=rules --alignment=32");
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_NE(again.output.find("input offsets: peak 96 bytes, valid"), std::string::npos) << again.output;
+}
+
+TEST(PlanCli, MalformedInputExitsTwoAndWritesNothing) {
+  const std::string in = write_file("cli-bad.csv", "id,lower,upper,size\n1,0,10,64\n2,0,ten,64\n");
+  const std::string out = temp_dir() + "/cli-bad.plan.csv";
+  const ToolRun r = run_plan("--in=" + in + " --out=" + out);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mtc-plan: error: " + in + ":3: upper 'ten' is not an integer"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(exists(out));
+  EXPECT_FALSE(exists(out + ".tmp"));
+}
+
+TEST(PlanCli, BadFlagsExitTwoWithAClearError) {
+  const std::string in = write_file("cli-ok.csv", "id,lower,upper,size\n1,0,10,64\n");
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"", "--in is required"},
+      {"--in=" + in + " --time-limit=soon", "--time-limit 'soon': expected a number of seconds >= 0"},
+      {"--in=" + in + " --time-limit=-1", "--time-limit '-1'"},
+      {"--in=" + in + " --target-peak=1MiB", "--target-peak '1MiB': expected a whole number of bytes"},
+      {"--in=" + in + " --alignment=0", "--alignment '0': expected a whole number of bytes >= 1"},
+      {"--in=" + in + " --method=best", "--method 'best': expected all, rules, greedy or skyline"},
+      {"--in=" + in + " --frobnicate=1", "unknown flag --frobnicate"},
+      {"--in=" + in + " extra", "unexpected argument 'extra'"},
+      {"--in=" + temp_dir() + "/missing.csv", "cannot open " + temp_dir() + "/missing.csv"},
+  };
+  for (const auto& c : cases) {
+    const ToolRun r = run_plan(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+TEST(PlanCli, UnwritableOutputExitsOne) {
+  const std::string in = write_file("cli-ok2.csv", "id,lower,upper,size\n1,0,10,64\n");
+  const ToolRun r = run_plan("--in=" + in + " --out=" + temp_dir() + "/no-such-dir/x.csv");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot write"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace mtc::alloc

@@ -1,0 +1,177 @@
+// Training under TMA: CIFAR ResNet-56 must give bit-identical losses and final weights to
+// the run without TMA, with at least 99% of the requests after the warm-up at their planned
+// offsets and the compute region's high-water mark within 2% of its peak live bytes; a
+// network whose branch is drawn at random each iteration must train bit-identically too,
+// with its plan-cache hit rate printed; and TMA under a DTE budget must stay bit-identical
+// and within the budget.
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "mtc/data.h"
+#include "mtc/models.h"
+#include "mtc/nn.h"
+#include "mtc/ops.h"
+#include "mtc/optim.h"
+#include "mtc/runtime.h"
+
+namespace mtc {
+namespace {
+
+// BranchNet: a stem conv, then one of three branches drawn at random each iteration (as a
+// supernet samples a path), then pooling and a linear head. The branches differ in their
+// ops and tensor sizes, so each gives the iteration a different signature.
+class BranchNet final : public nn::Module {
+ public:
+  explicit BranchNet(uint64_t seed) : rng_(seed) {
+    stem_ = register_module("stem", std::make_shared<nn::Conv2d>(nn::Conv2dConfig{.in_channels = 3, .out_channels = 16, .kernel = 3, .padding = 1}));
+    a_ = register_module("a", std::make_shared<nn::Conv2d>(nn::Conv2dConfig{.in_channels = 16, .out_channels = 16, .kernel = 3, .padding = 1}));
+    b1_ = register_module("b1", std::make_shared<nn::Conv2d>(nn::Conv2dConfig{.in_channels = 16, .out_channels = 32, .kernel = 1}));
+    b2_ = register_module("b2", std::make_shared<nn::Conv2d>(nn::Conv2dConfig{.in_channels = 32, .out_channels = 16, .kernel = 3, .padding = 1}));
+    c_ = register_module("c", std::make_shared<nn::Conv2d>(nn::Conv2dConfig{.in_channels = 16, .out_channels = 16, .kernel = 5, .padding = 2}));
+    fc_ = register_module("fc", std::make_shared<nn::Linear>(16, 10));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu((*stem_)(x));
+    switch (rng_() % 3) {
+      case 0: h = relu((*a_)(h)); break;
+      case 1: h = relu((*b2_)(relu((*b1_)(h)))); break;
+      default: h = relu((*c_)(h)); break;
+    }
+    return (*fc_)(global_avg_pool(h));
+  }
+  std::string type_name() const override { return "BranchNet"; }
+
+ private:
+  std::mt19937_64 rng_;
+  std::shared_ptr<nn::Conv2d> stem_, a_, b1_, b2_, c_;
+  std::shared_ptr<nn::Linear> fc_;
+};
+
+struct TrainRun {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> weights;
+  size_t peak = 0, high_water = 0;  // over the iterations after the warm-up
+  TmaFigures tma;
+  EvictStats evict;
+};
+
+TrainRun train(const std::string& model, int iterations, int batch, bool tma, size_t budget = 0) {
+  RuntimeOptions o;
+  o.memory_bytes = size_t{1} << 30;
+  o.num_threads = 2;
+  o.seed = 7;
+  o.tma.enabled = tma;
+  o.tma.warmup_iterations = 5;
+  o.evict.budget_bytes = budget;
+  o.evict.reproducible = true;
+  TrainRun run;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status();
+  if (!rt.ok()) return run;
+  std::shared_ptr<nn::Module> net;
+  Shape sample{3, 32, 32};
+  if (model == "branch") {
+    net = std::make_shared<BranchNet>(11);
+  } else {
+    auto m = models::make_model(model);
+    EXPECT_TRUE(m.ok()) << m.status();
+    net = m->net;
+    sample = m->sample_shape;
+  }
+  auto opt = optim::Sgd::create(net->parameters(), {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f});
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  data::SyntheticData src(sample, 10, 7);
+  Interpreter& interp = (*rt)->interpreter();
+  for (int it = 1; it <= iterations; ++it) {
+    interp.mark("iteration", it);
+    auto loss = models::train_step(*net, **opt, data::to_device(src.batch_at(it % 4, batch)));
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    if (!loss.ok()) return run;
+    auto l = loss->item();
+    EXPECT_TRUE(l.ok()) << l.status();
+    if (!l.ok()) return run;
+    run.losses.push_back(*l);
+    if (it == 6) {
+      EXPECT_TRUE(interp.reset_peak().ok());  // the plan applies from iteration 6
+    }
+  }
+  interp.mark("iteration", iterations + 1);  // ends the last iteration for TMA's figures
+  for (const Tensor& p : net->parameters()) run.weights.push_back(*p.to_vector());
+  auto ms = interp.memory_stats();
+  run.peak = ms->compute.peak_allocated;
+  run.high_water = ms->compute.high_water;
+  run.tma = *interp.tma_stats();
+  run.evict = *interp.evict_stats();
+  return run;
+}
+
+void expect_bit_identical(const TrainRun& ref, const TrainRun& got) {
+  ASSERT_EQ(ref.losses.size(), got.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&ref.losses[i], &got.losses[i], 4), 0)
+        << "loss of iteration " << i + 1 << ": " << ref.losses[i] << " vs " << got.losses[i];
+  }
+  ASSERT_EQ(ref.weights.size(), got.weights.size());
+  for (size_t p = 0; p < ref.weights.size(); ++p) {
+    ASSERT_EQ(std::memcmp(ref.weights[p].data(), got.weights[p].data(), ref.weights[p].size() * 4), 0)
+        << "parameter " << p << " differs";
+  }
+}
+
+double hit_rate(const TmaFigures& t) {
+  return t.hits + t.misses == 0 ? 0.0 : static_cast<double>(t.hits) / static_cast<double>(t.hits + t.misses);
+}
+
+TEST(TmaTraining, ResNet56IsBitIdenticalWithPlannedOffsets) {
+  const TrainRun ref = train("resnet56", 10, 16, false);
+  const TrainRun got = train("resnet56", 10, 16, true);
+  std::printf("  resnet56 batch 16: %llu hits, %llu misses (%.2f%%), plan peak %.2f MiB against lower bound "
+              "%.2f MiB, planned in %.3f s; high water %.2f MiB against peak live %.2f MiB (%.4fx); "
+              "without TMA: high water %.2f MiB (%.4fx)\n",
+              static_cast<unsigned long long>(got.tma.hits), static_cast<unsigned long long>(got.tma.misses),
+              100 * hit_rate(got.tma), got.tma.last_plan_peak / 1048576.0,
+              got.tma.last_plan_lower_bound / 1048576.0, got.tma.plan_sec, got.high_water / 1048576.0,
+              got.peak / 1048576.0, static_cast<double>(got.high_water) / got.peak, ref.high_water / 1048576.0,
+              static_cast<double>(ref.high_water) / ref.peak);
+  expect_bit_identical(ref, got);
+  EXPECT_EQ(got.tma.plans, 1u);
+  EXPECT_GE(hit_rate(got.tma), 0.99);
+  EXPECT_LE(static_cast<double>(got.high_water), 1.02 * static_cast<double>(got.peak));
+}
+
+TEST(TmaTraining, RandomBranchNetTrainsBitIdenticallyFromThePlanCache) {
+  const TrainRun ref = train("branch", 40, 8, false);
+  const TrainRun got = train("branch", 40, 8, true);
+  std::printf("  branch net: %llu plans, plan cache %llu of %llu iterations (%.1f%%), %llu hits, %llu misses "
+              "(%.1f%%)\n",
+              static_cast<unsigned long long>(got.tma.plans), static_cast<unsigned long long>(got.tma.cache_hits),
+              static_cast<unsigned long long>(got.tma.cache_lookups),
+              100.0 * got.tma.cache_hits / std::max<uint64_t>(1, got.tma.cache_lookups),
+              static_cast<unsigned long long>(got.tma.hits), static_cast<unsigned long long>(got.tma.misses),
+              100 * hit_rate(got.tma));
+  expect_bit_identical(ref, got);
+  EXPECT_EQ(got.tma.plans, 3u) << "one plan per branch";
+  EXPECT_GT(got.tma.cache_hits, got.tma.cache_lookups / 2);
+  EXPECT_GT(hit_rate(got.tma), 0.5);
+}
+
+TEST(TmaTraining, WithADteBudgetStaysBitIdenticalAndWithinTheBudget) {
+  const TrainRun ref = train("resnet20", 10, 16, false);
+  const size_t budget = ref.peak * 4 / 10;
+  const TrainRun dte = train("resnet20", 10, 16, false, budget);
+  const TrainRun both = train("resnet20", 10, 16, true, budget);
+  std::printf("  resnet20 batch 16 at 40%%: DTE alone %llu evictions; with TMA %llu evictions, %llu hits, "
+              "%llu misses, %llu plans not applied\n",
+              static_cast<unsigned long long>(dte.evict.evict_drop + dte.evict.evict_swap),
+              static_cast<unsigned long long>(both.evict.evict_drop + both.evict.evict_swap),
+              static_cast<unsigned long long>(both.tma.hits), static_cast<unsigned long long>(both.tma.misses),
+              static_cast<unsigned long long>(both.tma.plan_failures));
+  expect_bit_identical(ref, both);
+  EXPECT_LE(both.peak, budget);
+  EXPECT_GT(both.tma.hits, 0u);
+}
+
+}  // namespace
+}  // namespace mtc
