@@ -15,6 +15,7 @@
 #include "mtc/ops.h"
 #include "mtc/optim.h"
 #include "mtc/runtime.h"
+#include "train_check.h"
 
 namespace mtc {
 namespace {
@@ -125,9 +126,7 @@ class DropoutNet final : public nn::Module {
   std::shared_ptr<nn::Linear> fc_;
 };
 
-struct Run {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> weights;
+struct Run : train_check::Trained {
   size_t peak = 0;
   EvictStats evict;
 };
@@ -142,16 +141,10 @@ Run train(const std::string& model, int iterations, int batch, const EvictOption
   auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status();
   if (!rt.ok()) return run;
-  std::shared_ptr<nn::Module> net;
-  Shape sample{3, 32, 32};
-  if (model == "dropout") {
-    net = std::make_shared<DropoutNet>();
-  } else {
-    auto m = models::make_model(model);
-    EXPECT_TRUE(m.ok()) << m.status();
-    net = m->net;
-    sample = m->sample_shape;
-  }
+  Shape sample;
+  std::shared_ptr<nn::Module> net =
+      train_check::net_or_model(model == "dropout" ? std::make_shared<DropoutNet>() : nullptr, model, &sample);
+  if (net == nullptr) return run;
   auto opt = optim::Sgd::create(net->parameters(), {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f});
   EXPECT_TRUE(opt.ok()) << opt.status();
   data::SyntheticData src(sample, 10, 7);
@@ -169,21 +162,6 @@ Run train(const std::string& model, int iterations, int batch, const EvictOption
   run.peak = ms->compute.peak_allocated;
   run.evict = *(*rt)->interpreter().evict_stats();
   return run;
-}
-
-void expect_bit_identical(const Run& ref, const Run& got, const std::string& what) {
-  ASSERT_EQ(ref.losses.size(), got.losses.size()) << what;
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    uint32_t a, b;
-    std::memcpy(&a, &ref.losses[i], 4);
-    std::memcpy(&b, &got.losses[i], 4);
-    ASSERT_EQ(a, b) << what << ": loss of iteration " << i << ": " << ref.losses[i] << " vs " << got.losses[i];
-  }
-  ASSERT_EQ(ref.weights.size(), got.weights.size());
-  for (size_t p = 0; p < ref.weights.size(); ++p) {
-    ASSERT_EQ(std::memcmp(ref.weights[p].data(), got.weights[p].data(), ref.weights[p].size() * 4), 0)
-        << what << ": parameter " << p << " differs";
-  }
 }
 
 void check_budgeted_runs(const std::string& model, int iterations, int batch) {
@@ -209,7 +187,7 @@ void check_budgeted_runs(const std::string& model, int iterations, int batch) {
     if (mode == EvictMode::kDrop) EXPECT_GT(got.evict.recomputes, 0u);
     if (mode == EvictMode::kSwap) EXPECT_GT(got.evict.evict_swap, 0u);
     EXPECT_GT(got.evict.evict_drop + got.evict.evict_swap, 0u);  // both: the policy picks
-    expect_bit_identical(ref, got, std::string("mode ") + evict_mode_name(mode));
+    train_check::expect_bit_identical(ref, got, std::string("mode ") + evict_mode_name(mode));
   }
 }
 

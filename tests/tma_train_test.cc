@@ -15,6 +15,7 @@
 #include "mtc/ops.h"
 #include "mtc/optim.h"
 #include "mtc/runtime.h"
+#include "train_check.h"
 
 namespace mtc {
 namespace {
@@ -49,9 +50,7 @@ class BranchNet final : public nn::Module {
   std::shared_ptr<nn::Linear> fc_;
 };
 
-struct TrainRun {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> weights;
+struct TrainRun : train_check::Trained {
   size_t peak = 0, high_water = 0;  // over the iterations after the warm-up
   TmaFigures tma;
   EvictStats evict;
@@ -70,16 +69,10 @@ TrainRun train(const std::string& model, int iterations, int batch, bool tma, si
   auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status();
   if (!rt.ok()) return run;
-  std::shared_ptr<nn::Module> net;
-  Shape sample{3, 32, 32};
-  if (model == "branch") {
-    net = std::make_shared<BranchNet>(11);
-  } else {
-    auto m = models::make_model(model);
-    EXPECT_TRUE(m.ok()) << m.status();
-    net = m->net;
-    sample = m->sample_shape;
-  }
+  Shape sample;
+  std::shared_ptr<nn::Module> net =
+      train_check::net_or_model(model == "branch" ? std::make_shared<BranchNet>(11) : nullptr, model, &sample);
+  if (net == nullptr) return run;
   auto opt = optim::Sgd::create(net->parameters(), {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f});
   EXPECT_TRUE(opt.ok()) << opt.status();
   data::SyntheticData src(sample, 10, 7);
@@ -107,19 +100,6 @@ TrainRun train(const std::string& model, int iterations, int batch, bool tma, si
   return run;
 }
 
-void expect_bit_identical(const TrainRun& ref, const TrainRun& got) {
-  ASSERT_EQ(ref.losses.size(), got.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    ASSERT_EQ(std::memcmp(&ref.losses[i], &got.losses[i], 4), 0)
-        << "loss of iteration " << i + 1 << ": " << ref.losses[i] << " vs " << got.losses[i];
-  }
-  ASSERT_EQ(ref.weights.size(), got.weights.size());
-  for (size_t p = 0; p < ref.weights.size(); ++p) {
-    ASSERT_EQ(std::memcmp(ref.weights[p].data(), got.weights[p].data(), ref.weights[p].size() * 4), 0)
-        << "parameter " << p << " differs";
-  }
-}
-
 double hit_rate(const TmaFigures& t) {
   return t.hits + t.misses == 0 ? 0.0 : static_cast<double>(t.hits) / static_cast<double>(t.hits + t.misses);
 }
@@ -135,7 +115,7 @@ TEST(TmaTraining, ResNet56IsBitIdenticalWithPlannedOffsets) {
               got.tma.last_plan_lower_bound / 1048576.0, got.tma.plan_sec, got.high_water / 1048576.0,
               got.peak / 1048576.0, static_cast<double>(got.high_water) / got.peak, ref.high_water / 1048576.0,
               static_cast<double>(ref.high_water) / ref.peak);
-  expect_bit_identical(ref, got);
+  train_check::expect_bit_identical(ref, got, "with TMA");
   EXPECT_EQ(got.tma.plans, 1u);
   EXPECT_GE(hit_rate(got.tma), 0.99);
   EXPECT_LE(static_cast<double>(got.high_water), 1.02 * static_cast<double>(got.peak));
@@ -151,7 +131,7 @@ TEST(TmaTraining, RandomBranchNetTrainsBitIdenticallyFromThePlanCache) {
               100.0 * got.tma.cache_hits / std::max<uint64_t>(1, got.tma.cache_lookups),
               static_cast<unsigned long long>(got.tma.hits), static_cast<unsigned long long>(got.tma.misses),
               100 * hit_rate(got.tma));
-  expect_bit_identical(ref, got);
+  train_check::expect_bit_identical(ref, got, "with TMA");
   EXPECT_EQ(got.tma.plans, 3u) << "one plan per branch";
   EXPECT_GT(got.tma.cache_hits, got.tma.cache_lookups / 2);
   EXPECT_GT(hit_rate(got.tma), 0.5);
@@ -168,7 +148,7 @@ TEST(TmaTraining, WithADteBudgetStaysBitIdenticalAndWithinTheBudget) {
               static_cast<unsigned long long>(both.evict.evict_drop + both.evict.evict_swap),
               static_cast<unsigned long long>(both.tma.hits), static_cast<unsigned long long>(both.tma.misses),
               static_cast<unsigned long long>(both.tma.plan_failures));
-  expect_bit_identical(ref, both);
+  train_check::expect_bit_identical(ref, both, "with TMA and a budget");
   EXPECT_LE(both.peak, budget);
   EXPECT_GT(both.tma.hits, 0u);
 }
