@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # What TMA gives a model: mtc-train without eviction for the compute-region peak P, then
-# --repeat interleaved rounds of: no budget without and with --tma, and --budget at 35 and
-# 25% of P with DTE alone and with DTE and TMA. --warmup defaults to 6, so that every timed
+# --repeat interleaved rounds of: no budget without and with --tma; --budget at 35 and 25%
+# of P with DTE alone and with DTE and TMA; and the same two budgets as the compute region's
+# size (--memory, "35m" and "25m": the device holds no more, so a request that finds no
+# large enough block forces an eviction even under m*), with DTE alone and with TMA. --warmup defaults to 6, so that every timed
 # iteration comes after TMA's five traced ones. Prints one table per configuration:
 # time per iteration (least over the rounds of min_sec_per_iter), its drift-free time
 # (the median over the rounds of wall time / compute_sec, over the plain no-budget run's;
-# see dte_overhead.sh), evictions, recomputes, TMA's hits as a share of the requests, and
+# see dte_overhead.sh), evictions, those of them made for want of a large enough block
+# (evict_fragmented), recomputes, TMA's hits as a share of the requests, and
 # the compute region's high-water mark over its peak live bytes; and a verdict per target:
 #   without a budget, TMA: at least 99% hits, high water at most 1.02x the peak live bytes,
 #     and the same final loss as without TMA (tests/tma_train_test.cc checks every loss
 #     and weight bit for bit);
-#   at 35% and 25%: DTE with TMA makes fewer evictions than DTE alone and takes less time
-#     per iteration (drift-free).
+#   at 35% and 25%, as --budget and as --memory: DTE with TMA makes fewer evictions than
+#     DTE alone and takes less time per iteration (drift-free).
 # Exit: 0 all PASS, 1 a FAIL, 2 usage error or a run failed.
 set -euo pipefail
 
@@ -56,14 +59,17 @@ run() {
 
 first=$(run peak --evict_policy=none)
 peak=$(field "$first" peak_compute_bytes)
-configs=(none none+tma 35 35+tma 25 25+tma)
+configs=(none none+tma 35 35+tma 25 25+tma 35m 35m+tma 25m 25m+tma)
+comm=$((16 * 1048576))  # the comm/gradient region of the --memory runs
 declare -A best drift line
 for ((round = 1; round <= repeat; round++)); do
   for c in "${configs[@]}"; do
     flags=()
+    pct=${c%+tma}
     case "$c" in
       none*) flags+=(--evict_policy=none) ;;
-      *) flags+=(--budget="$((peak * ${c%+tma} / 100))B" --evict_policy=mtc) ;;
+      *m|*m+tma) flags+=(--memory="$((comm + peak * ${pct%m} / 100))B" --comm_memory="${comm}B" --evict_policy=mtc) ;;
+      *) flags+=(--budget="$((peak * pct / 100))B" --evict_policy=mtc) ;;
     esac
     [[ $c != *+tma ]] || flags+=(--tma)
     l=$(run "$c-$round" "${flags[@]}")
@@ -79,18 +85,21 @@ d0=$(median_of "${drift[none]}")
 
 echo
 echo "$model, batch $batch, $threads threads, $iterations iterations after $warmup warm-up, best of $repeat rounds; P = $peak bytes"
-printf '%-9s %9s %6s %8s %8s %7s %10s\n' config s/iter drift evicts recomp hits% highwater/P
+printf '%-9s %9s %6s %8s %6s %8s %7s %10s\n' config s/iter drift evicts frag recomp hits% highwater/P
 for c in "${configs[@]}"; do
   l=${line[$c]}
   awk -v s="${best[$c]}" -v m="$(median_of "${drift[$c]}")" -v m0="$d0" -v c="$c" \
-      -v e="$(( $(field "$l" evict_drop) + $(field "$l" evict_swap) ))" -v r="$(field "$l" recomputes)" \
+      -v e="$(( $(field "$l" evict_drop) + $(field "$l" evict_swap) ))" -v f="$(field "$l" evict_fragmented)" \
+      -v r="$(field "$l" recomputes)" \
       -v h="$(field "$l" tma_hits)" -v x="$(field "$l" tma_misses)" \
       -v w="$(field "$l" high_water_compute_bytes)" -v p="$(field "$l" peak_compute_bytes)" \
-      'BEGIN { printf "%-9s %9.4f %6.3f %8d %8d %7s %10.4f\n", c, s, m / m0, e, r,
+      'BEGIN { printf "%-9s %9.4f %6.3f %8d %6d %8d %7s %10.4f\n", c, s, m / m0, e, f, r,
                (h + x > 0 ? sprintf("%.2f", 100 * h / (h + x)) : "-"), w / p }'
 done
-echo "(s/iter: least min_sec_per_iter over the rounds; drift: median of wall / compute_sec over the" \
-     "plain no-budget run's; evicts, recomp: over the timed iterations; hits%: TMA's hits / requests" \
+echo "(35, 25: --budget at that % of P; 35m, 25m: a compute region of that size." \
+     "s/iter: least min_sec_per_iter over the rounds; drift: median of wall / compute_sec over the" \
+     "plain no-budget run's; evicts, frag, recomp: over the timed iterations (frag: evictions for want" \
+     "of a large enough block); hits%: TMA's hits / requests" \
      "in planned iterations; highwater/P: high_water_compute_bytes / peak_compute_bytes)"
 echo
 
@@ -104,12 +113,13 @@ verdict "no budget, TMA high water / peak live bytes (target <= 1.02)" "$(awk -v
   "$(awk -v w="$w" -v p="$p" 'BEGIN { print (w <= 1.02 * p) }')"
 a=$(field "${line[none]}" final_loss) b=$(field "$l" final_loss)
 verdict "no budget, final loss without and with TMA (target: equal)" "$a $b" "$([ "$a" = "$b" ] && echo 1 || echo 0)"
-for pct in 35 25; do
+for pct in 35 25 35m 25m; do
+  if [[ $pct == *m ]]; then label="${pct%m}% region"; else label="$pct% budget"; fi
   e0=$(( $(field "${line[$pct]}" evict_drop) + $(field "${line[$pct]}" evict_swap) ))
   e1=$(( $(field "${line[$pct+tma]}" evict_drop) + $(field "${line[$pct+tma]}" evict_swap) ))
-  verdict "$pct%: evictions, DTE+TMA against DTE alone (target: fewer)" "$e1 vs $e0" "$([ "$e1" -lt "$e0" ] && echo 1 || echo 0)"
+  verdict "$label: evictions, DTE+TMA against DTE alone (target: fewer)" "$e1 vs $e0" "$([ "$e1" -lt "$e0" ] && echo 1 || echo 0)"
   m0=$(median_of "${drift[$pct]}") m1=$(median_of "${drift[$pct+tma]}")
-  verdict "$pct%: drift-free time, DTE+TMA / DTE alone (target: < 1)" "$(awk -v a="$m1" -v b="$m0" 'BEGIN { printf "%.3f", a / b }')" \
+  verdict "$label: drift-free time, DTE+TMA / DTE alone (target: < 1)" "$(awk -v a="$m1" -v b="$m0" 'BEGIN { printf "%.3f", a / b }')" \
     "$(awk -v a="$m1" -v b="$m0" 'BEGIN { print (a < b) }')"
 done
 if [ "$ok" = 1 ]; then echo "all targets: PASS"; exit 0; fi

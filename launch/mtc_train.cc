@@ -338,13 +338,14 @@ int run(const Flags& f) {
   std::printf(
       "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f median_sec_per_iter=%.4f "
       "min_sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f peak_compute_bytes=%zu "
-      "evict_drop=%llu evict_swap=%llu recomputes=%llu recompute_sec=%.4f swapped_bytes=%llu "
+      "evict_drop=%llu evict_swap=%llu evict_fragmented=%llu recomputes=%llu recompute_sec=%.4f swapped_bytes=%llu "
       "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f high_water_compute_bytes=%zu tma_hits=%llu "
       "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu\n",
       f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(),
       f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
       static_cast<unsigned long long>(ev_end.evict_swap - ev_start.evict_swap),
+      static_cast<unsigned long long>(ev_end.evict_fragmented - ev_start.evict_fragmented),
       static_cast<unsigned long long>(ev_end.recomputes - ev_start.recomputes),
       (ev_end.recompute_us - ev_start.recompute_us) * 1e-6,
       static_cast<unsigned long long>(ev_end.swapped_out_bytes - ev_start.swapped_out_bytes),

@@ -351,6 +351,7 @@ bool Executor::evict_one(bool fragmented) {
     drop(*best);
     ++stats_.evict_drop;
   }
+  if (fragmented) ++stats_.evict_fragmented;
   return true;
 }
 

@@ -1,6 +1,7 @@
 // Tests of the interpreter's worker side (src/executor.cc) driven command by command:
 // the tensor records it keeps (storage, compute path, users, reference counts) and what
-// Del (with DTE's fake delete) and failures do to them.
+// Del (with DTE's fake delete) and failures do to them, and which evictions count as forced by
+// fragmentation.
 #include <memory>
 
 #include "executor.h"
@@ -105,6 +106,43 @@ TEST_F(ExecutorTest, FailedOpLeavesNoRecordAndNoStorage) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   Del del{2};  // the user's handle to the failed output goes away: nothing to free
   EXPECT_TRUE(ex_->execute(del).ok());
+}
+
+// A request within the budget that finds no block large enough forces an eviction, which
+// evict_fragmented counts; one over the budget forces an eviction it does not count.
+TEST(ExecutorEvictions, CountsEvictionsForcedByFragmentation) {
+  DeviceOptions o;
+  o.memory_bytes = size_t{4} << 20;
+  o.comm_bytes = size_t{1} << 20;  // compute region: 3 MiB
+  o.num_threads = 1;
+  auto d = make_device(o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ExecutorOptions eo;
+  eo.evict.policy = EvictPolicy::kMtc;
+  eo.evict.reproducible = true;
+  Executor ex(**d, eo);
+  auto put = [&](uint64_t id, size_t mib) {
+    TensorDesc desc{{static_cast<int64_t>(mib << 18)}, DType::kF32};
+    Put p{id, desc, std::vector<std::byte>(desc.bytes()), false};
+    return ex.execute(p);
+  };
+  ASSERT_TRUE(put(1, 1).ok());
+  ASSERT_TRUE(put(2, 1).ok());
+  ASSERT_TRUE(put(3, 1).ok());
+  Del d1{1}, d3{3};
+  ASSERT_TRUE(ex.execute(d1).ok());
+  ASSERT_TRUE(ex.execute(d3).ok());
+  // 2 MiB free, in two blocks of 1 MiB: tensor 2 sits between them.
+  ASSERT_EQ((*d)->compute_region().stats().allocated, size_t{1} << 20);
+  ASSERT_EQ((*d)->compute_region().largest_free(), size_t{1} << 20);
+  ASSERT_TRUE(put(4, 2).ok());
+  EXPECT_EQ(ex.evict_stats().evict_swap, 1u);  // a Put cannot be recomputed: swapped
+  EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
+  EXPECT_EQ(ex.records().at(2).state, StorageState::kSwapped);
+  // 2 MiB live of 3: another 2 MiB passes the budget.
+  ASSERT_TRUE(put(5, 2).ok());
+  EXPECT_EQ(ex.evict_stats().evict_swap, 2u);
+  EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
 }
 
 }  // namespace

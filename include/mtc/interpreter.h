@@ -64,6 +64,8 @@ struct EvictStats {
   double compute_us = 0;         // time in those runs
   uint64_t evict_drop = 0;       // tensors dropped (to be recomputed)
   uint64_t evict_swap = 0;       // tensors swapped out to host memory
+  uint64_t evict_fragmented = 0; // of those two, made for a request that was within the
+                                 // budget but found no free block large enough
   uint64_t recomputes = 0;       // op runs that regenerated dropped tensors
   double recompute_us = 0;       // time in those runs
   uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0;
