@@ -3,13 +3,14 @@
 # --repeat interleaved rounds of: no budget without and with --tma; --budget at 35 and 25%
 # of P with DTE alone and with DTE and TMA; and the same two budgets as the compute region's
 # size (--memory, "35m" and "25m": the device holds no more, so a request that finds no
-# large enough block forces an eviction even under m*), with DTE alone and with TMA. --warmup defaults to 6, so that every timed
-# iteration comes after TMA's five traced ones. Prints one table per configuration:
-# time per iteration (least over the rounds of min_sec_per_iter), its drift-free time
-# (the median over the rounds of wall time / compute_sec, over the plain no-budget run's;
-# see dte_overhead.sh), evictions, those of them made for want of a large enough block
-# (evict_fragmented), recomputes, TMA's hits as a share of the requests, and
-# the compute region's high-water mark over its peak live bytes; and a verdict per target:
+# large enough block forces an eviction even under m*), with DTE alone and with TMA.
+# --warmup defaults to 6, so that every timed iteration comes after TMA's five traced ones.
+# Prints one table, a line per configuration: time per iteration (least over the rounds of
+# min_sec_per_iter), its drift-free time (the median over the rounds of wall time /
+# compute_sec, over the plain no-budget run's; see dte_overhead.sh), evictions, those of
+# them made for want of a large enough block (evict_fragmented), recomputes, TMA's hits as a
+# share of the requests, and the compute region's high-water mark over its peak live bytes;
+# and a verdict per target:
 #   without a budget, TMA: at least 99% hits, high water at most 1.02x the peak live bytes,
 #     and the same final loss as without TMA (tests/tma_train_test.cc checks every loss
 #     and weight bit for bit);
