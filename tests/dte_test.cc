@@ -149,13 +149,7 @@ Run train(const std::string& model, int iterations, int batch, const EvictOption
   EXPECT_TRUE(opt.ok()) << opt.status();
   data::SyntheticData src(sample, 10, 7);
   for (int it = 0; it < iterations; ++it) {
-    auto loss = models::train_step(*net, **opt, data::to_device(src.batch_at(it % 4, batch)));
-    EXPECT_TRUE(loss.ok()) << loss.status();
-    if (!loss.ok()) return run;
-    auto l = loss->item();
-    EXPECT_TRUE(l.ok()) << l.status();
-    if (!l.ok()) return run;
-    run.losses.push_back(*l);
+    if (!train_check::step(*net, **opt, src, it, batch, run.losses)) return run;
   }
   for (const Tensor& p : net->parameters()) run.weights.push_back(*p.to_vector());
   auto ms = (*rt)->interpreter().memory_stats();

@@ -79,13 +79,7 @@ TrainRun train(const std::string& model, int iterations, int batch, bool tma, si
   Interpreter& interp = (*rt)->interpreter();
   for (int it = 1; it <= iterations; ++it) {
     interp.mark("iteration", it);
-    auto loss = models::train_step(*net, **opt, data::to_device(src.batch_at(it % 4, batch)));
-    EXPECT_TRUE(loss.ok()) << loss.status();
-    if (!loss.ok()) return run;
-    auto l = loss->item();
-    EXPECT_TRUE(l.ok()) << l.status();
-    if (!l.ok()) return run;
-    run.losses.push_back(*l);
+    if (!train_check::step(*net, **opt, src, it, batch, run.losses)) return run;
     if (it == 6) {
       EXPECT_TRUE(interp.reset_peak().ok());  // the plan applies from iteration 6
     }

@@ -1,5 +1,6 @@
 // What the training tests that compare two runs bit for bit share: building the model
-// under test and the bit-for-bit comparison of losses and final weights.
+// under test, one recorded training step, and the bit-for-bit comparison of losses and
+// final weights.
 #pragma once
 
 #include <cstring>
@@ -8,8 +9,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "mtc/data.h"
 #include "mtc/models.h"
 #include "mtc/nn.h"
+#include "mtc/optim.h"
 
 namespace mtc::train_check {
 
@@ -30,6 +33,20 @@ inline std::shared_ptr<nn::Module> net_or_model(std::shared_ptr<nn::Module> cust
   if (!m.ok()) return nullptr;
   *sample = m->sample_shape;
   return m->net;
+}
+
+// step: one training step on synthetic batch k (of 4, repeating); its loss is appended
+// to `losses`. False, with the test failed, when the step or reading the loss fails.
+inline bool step(nn::Module& net, optim::Optimizer& opt, const data::SyntheticData& src, int k, int batch,
+                 std::vector<float>& losses) {
+  auto loss = models::train_step(net, opt, data::to_device(src.batch_at(k % 4, batch)));
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  if (!loss.ok()) return false;
+  auto l = loss->item();
+  EXPECT_TRUE(l.ok()) << l.status();
+  if (!l.ok()) return false;
+  losses.push_back(*l);
+  return true;
 }
 
 // expect_bit_identical: every loss and every weight of `got` has the bits of `ref`.
