@@ -131,13 +131,6 @@ std::optional<Block> Region::lowest_free(size_t bytes) const {
   return std::nullopt;
 }
 
-size_t Region::live_end() const {
-  if (live_.empty()) return 0;
-  if (free_by_addr_.empty()) return capacity_;
-  const auto& [offset, size] = *free_by_addr_.rbegin();
-  return offset + size == capacity_ ? offset : capacity_;
-}
-
 RegionStats Region::stats() const {
   RegionStats s = stats_;
   s.free_bytes = capacity_ - stats_.allocated;

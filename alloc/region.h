@@ -86,8 +86,6 @@ class Region {
   // fits: whether a request of `bytes` could be met now.
   bool fits(size_t bytes) const { return largest_free() >= round_up(bytes); }
   size_t largest_free() const;
-  // live_end: the end offset of the highest live block (0 when none is live).
-  size_t live_end() const;
   // lowest_free: the lowest free block of at least `bytes`; O(free blocks).
   std::optional<Block> lowest_free(size_t bytes) const;
   RegionStats stats() const;
