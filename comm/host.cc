@@ -1,0 +1,165 @@
+// The machinery of the host backends (local and MPI): HostWork, the comm thread and the
+// queue in front of it, and CallCommunicator, which turns each Communicator method into
+// a Call for any backend.
+#include <pthread.h>
+
+#include <chrono>
+#include <utility>
+
+#include "comm/internal.h"
+
+namespace mtc::comm::internal {
+
+absl::Status HostWork::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return done_; });
+  return status_;
+}
+
+bool HostWork::done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+double HostWork::seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seconds_;
+}
+
+void HostWork::finish(absl::Status s, double seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = std::move(s);
+    seconds_ = seconds;
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+CommThread::CommThread(std::string name) : thread_([this] { loop(); }) {
+  // Named for debuggers and top -H ("mtc-comm-mpi"); Linux allows 15 characters.
+  pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+}
+
+CommThread::~CommThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CommThread::post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void CommThread::loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+HostQueue::HostQueue(std::string name, int rank, int world, Limits limits, std::unique_ptr<Exchange> check,
+                     bool check_on, Runner run)
+    : rank_(rank),
+      world_(world),
+      limits_(limits),
+      check_(std::move(check)),
+      check_on_(check_on),
+      run_(std::move(run)),
+      thread_(std::move(name)) {}
+
+HostQueue::~HostQueue() = default;
+
+std::shared_ptr<Work> HostQueue::issue(Call c) {
+  absl::Status local = validate(c, rank_, world_, limits_);
+  // Without the check a rank rejects a bad call alone; with it the call still takes its
+  // turn in the exchange, so that every rank fails it instead of waiting for this one.
+  if (!local.ok() && !check_on_) return std::make_shared<HostWork>(std::move(local));
+  auto work = std::make_shared<HostWork>();
+  thread_.post([this, work, c = std::move(c), local = std::move(local)] {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = check_on_ ? check_call(check_.get(), c, local, rank_, world_) : absl::OkStatus();
+    if (s.ok()) s = run_(c);
+    work->finish(std::move(s),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
+  return work;
+}
+
+namespace {
+// plain_call: a collective's Call with one count for every rank.
+Call plain_call(Kind k, const void* send, void* recv, size_t count, DataType t, ReduceOp op = ReduceOp::kSum) {
+  Call c;
+  c.kind = k;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.type = t;
+  c.op = op;
+  return c;
+}
+}  // namespace
+
+std::shared_ptr<Work> CallCommunicator::all_reduce(const void* send, void* recv, size_t count, DataType t,
+                                                   ReduceOp op) {
+  return issue(plain_call(Kind::kAllReduce, send, recv, count, t, op));
+}
+
+std::shared_ptr<Work> CallCommunicator::all_gather(const void* send, void* recv, size_t count, DataType t) {
+  return issue(plain_call(Kind::kAllGather, send, recv, count, t));
+}
+
+std::shared_ptr<Work> CallCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DataType t,
+                                                       ReduceOp op) {
+  return issue(plain_call(Kind::kReduceScatter, send, recv, count, t, op));
+}
+
+std::shared_ptr<Work> CallCommunicator::all_to_all(const void* send, void* recv, size_t count, DataType t) {
+  return issue(plain_call(Kind::kAllToAll, send, recv, count, t));
+}
+
+std::shared_ptr<Work> CallCommunicator::all_to_all_v(const void* send, std::span<const size_t> send_counts,
+                                                     void* recv, std::span<const size_t> recv_counts,
+                                                     DataType t) {
+  Call c;
+  c.kind = Kind::kAllToAllV;
+  c.send = send;
+  c.recv = recv;
+  c.type = t;
+  c.send_counts.assign(send_counts.begin(), send_counts.end());
+  c.recv_counts.assign(recv_counts.begin(), recv_counts.end());
+  return issue(std::move(c));
+}
+
+std::shared_ptr<Work> CallCommunicator::broadcast(void* buf, size_t count, DataType t, int root) {
+  Call c;
+  c.kind = Kind::kBroadcast;
+  c.send = buf;
+  c.recv = buf;
+  c.count = count;
+  c.type = t;
+  c.root = root;
+  return issue(std::move(c));
+}
+
+std::shared_ptr<Work> CallCommunicator::barrier() {
+  Call c;
+  c.kind = Kind::kBarrier;
+  return issue(std::move(c));
+}
+
+}  // namespace mtc::comm::internal

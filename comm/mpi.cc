@@ -1,0 +1,342 @@
+// The MPI backend (host memory) and the MPI services the rest of comm/ uses: start-up,
+// finalize, abort, and small set-up collectives (the NCCL unique id, the argument check).
+//
+// Each MpiCommunicator owns an MPI_Comm_dup of MPI_COMM_WORLD and a comm thread that runs
+// its collectives in issue order with blocking MPI calls, so that a caller overlaps them
+// with its own work. Communicators of comm/ set MPI_ERRORS_RETURN and turn error codes
+// into Status; MPI_COMM_WORLD's handler is left to the program.
+//
+// Thread level: init asks for MPI_THREAD_MULTIPLE (comm threads and the caller make MPI
+// calls at once). MPI_THREAD_SERIALIZED is accepted: every MPI call of comm/ then holds
+// one process-wide mutex. A blocking collective holds it until it completes, so with
+// SERIALIZED a process should keep one communicator's work in flight at a time, and its
+// own MPI calls must not overlap comm/'s.
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/internal.h"
+#include "mtc/status.h"
+
+namespace mtc::comm::internal {
+namespace {
+
+static_assert(sizeof(int) == sizeof(int32_t), "i32 is carried as MPI_INT");
+
+int g_thread_level = -1;  // MPI_Query_thread's answer, read when first needed
+
+std::mutex& serial_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// MpiLock: the process-wide lock below MPI_THREAD_MULTIPLE, nothing at MULTIPLE.
+class MpiLock {
+ public:
+  MpiLock() {
+    if (g_thread_level < 0) MPI_Query_thread(&g_thread_level);
+    if (g_thread_level < MPI_THREAD_MULTIPLE) lock_ = std::unique_lock<std::mutex>(serial_mutex());
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown thread level";
+}
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+bool finalized() {
+  int f = 0;
+  MPI_Finalized(&f);
+  return f != 0;
+}
+
+// mpi_status: OK for MPI_SUCCESS, else Internal with MPI's own description of the code.
+absl::Status mpi_status(int rc, const char* what, const char* call) {
+  if (rc == MPI_SUCCESS) return absl::OkStatus();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  return absl::InternalError(absl::StrCat(
+      what, ": ", call, " failed: ", len > 0 ? std::string(text, len) : absl::StrCat("error ", rc)));
+}
+
+absl::Status thread_level_ok(const char* who) {
+  if (g_thread_level < 0) MPI_Query_thread(&g_thread_level);
+  if (g_thread_level >= MPI_THREAD_SERIALIZED) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(who, ": MPI provides only ", thread_level_name(g_thread_level),
+                   "; comm/ needs MPI_THREAD_SERIALIZED or better (MPI_THREAD_MULTIPLE asked), since its "
+                   "comm thread makes "
+                   "the MPI calls: use an MPI built with thread support"));
+}
+
+// dup_world: a duplicate of MPI_COMM_WORLD (or of `parent`) whose errors come back as
+// codes. Collective over the parent's ranks.
+absl::StatusOr<MPI_Comm> dup(MPI_Comm parent, const char* what) {
+  MpiLock lock;
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (absl::Status s = mpi_status(MPI_Comm_dup(parent, &comm), what, "MPI_Comm_dup"); !s.ok()) return s;
+  if (absl::Status s =
+          mpi_status(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), what, "MPI_Comm_set_errhandler");
+      !s.ok()) {
+    MPI_Comm_free(&comm);
+    return s;
+  }
+  return comm;
+}
+
+void free_comm(MPI_Comm* comm) {
+  if (*comm == MPI_COMM_NULL || finalized()) return;  // after MPI_Finalize MPI has freed it
+  MpiLock lock;
+  MPI_Comm_free(comm);
+}
+
+// MpiExchange: the argument check's all-gather on a communicator of its own, so that its
+// messages never meet the collectives' own.
+class MpiExchange final : public Exchange {
+ public:
+  explicit MpiExchange(MPI_Comm comm) : comm_(comm) {}
+  ~MpiExchange() override { free_comm(&comm_); }
+  absl::Status all_gather(const void* mine, void* all, size_t bytes) override {
+    if (bytes > static_cast<size_t>(INT_MAX)) return absl::InternalError("argument check record too large");
+    MpiLock lock;
+    const int n = static_cast<int>(bytes);
+    return mpi_status(MPI_Allgather(mine, n, MPI_BYTE, all, n, MPI_BYTE, comm_), "argument check",
+                      "MPI_Allgather");
+  }
+
+ private:
+  MPI_Comm comm_;
+};
+
+MPI_Datatype mpi_type(DataType t) { return t == DataType::kF32 ? MPI_FLOAT : MPI_INT; }
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }  // avg: sum, then divide
+
+// A non-null address for empty buffers: some MPI builds check pointers even for count 0.
+char g_empty[1];
+const void* or_empty(const void* p) { return p != nullptr ? p : g_empty; }
+void* or_empty(void* p) { return p != nullptr ? p : g_empty; }
+
+// run_mpi: one collective on `comm`, blocking, on the comm thread. Counts were checked
+// against INT_MAX by validate() (Limits), so the casts below are exact. Collectives of
+// zero elements return at once: every rank passed the same count.
+absl::Status run_mpi(MPI_Comm comm, int world, const Call& c) {
+  const char* name = kind_name(c.kind);
+  const MPI_Datatype dt = mpi_type(c.type);
+  const int n = static_cast<int>(c.count);
+  MpiLock lock;
+  switch (c.kind) {
+    case Kind::kAllReduce: {
+      if (n == 0) return absl::OkStatus();
+      const void* send = c.send == c.recv ? MPI_IN_PLACE : c.send;
+      MTC_RETURN_IF_ERROR(
+          mpi_status(MPI_Allreduce(send, c.recv, n, dt, mpi_op(c.op), comm), name, "MPI_Allreduce"));
+      if (c.op == ReduceOp::kAvg) divide(c.recv, c.count, c.type, world);
+      return absl::OkStatus();
+    }
+    case Kind::kAllGather:
+      if (n == 0) return absl::OkStatus();
+      return mpi_status(MPI_Allgather(c.send, n, dt, c.recv, n, dt, comm), name, "MPI_Allgather");
+    case Kind::kReduceScatter:
+      if (n == 0) return absl::OkStatus();
+      MTC_RETURN_IF_ERROR(mpi_status(MPI_Reduce_scatter_block(c.send, c.recv, n, dt, mpi_op(c.op), comm),
+                                     name, "MPI_Reduce_scatter_block"));
+      if (c.op == ReduceOp::kAvg) divide(c.recv, c.count, c.type, world);
+      return absl::OkStatus();
+    case Kind::kAllToAll:
+      if (n == 0) return absl::OkStatus();
+      return mpi_status(MPI_Alltoall(c.send, n, dt, c.recv, n, dt, comm), name, "MPI_Alltoall");
+    case Kind::kAllToAllV: {
+      // Always called, even when this rank moves nothing: another rank may send to it.
+      std::vector<int> scounts(world), sdispls(world), rcounts(world), rdispls(world);
+      int soff = 0, roff = 0;
+      for (int r = 0; r < world; ++r) {
+        scounts[r] = static_cast<int>(c.send_counts[r]);
+        rcounts[r] = static_cast<int>(c.recv_counts[r]);
+        sdispls[r] = soff;
+        rdispls[r] = roff;
+        soff += scounts[r];  // validate() kept every displacement, so these sums, in int
+        roff += rcounts[r];
+      }
+      return mpi_status(MPI_Alltoallv(or_empty(c.send), scounts.data(), sdispls.data(), dt, or_empty(c.recv),
+                                      rcounts.data(), rdispls.data(), dt, comm),
+                        name, "MPI_Alltoallv");
+    }
+    case Kind::kBroadcast:
+      if (n == 0) return absl::OkStatus();
+      return mpi_status(MPI_Bcast(c.recv, n, dt, c.root, comm), name, "MPI_Bcast");
+    case Kind::kBarrier:
+      return mpi_status(MPI_Barrier(comm), name, "MPI_Barrier");
+  }
+  return absl::InternalError(absl::StrCat("comm: unknown collective ", static_cast<int>(c.kind)));
+}
+
+class MpiCommunicator final : public CallCommunicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, int rank, int world, std::unique_ptr<Exchange> check, bool check_on)
+      : comm_(comm), rank_(rank), world_(world) {
+    queue_ = std::make_unique<HostQueue>("mtc-comm-mpi", rank, world, Limits{INT_MAX, "MPI counts are int"},
+                                         std::move(check), check_on,
+                                         [this](const Call& c) { return run_mpi(comm_, world_, c); });
+  }
+  ~MpiCommunicator() override {
+    queue_.reset();  // runs what is queued, then joins the comm thread, which uses comm_
+    free_comm(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  Backend backend() const override { return Backend::kMpi; }
+
+ protected:
+  std::shared_ptr<Work> issue(Call c) override { return queue_->issue(std::move(c)); }
+
+ private:
+  MPI_Comm comm_;
+  int rank_, world_;
+  std::unique_ptr<HostQueue> queue_;
+};
+
+}  // namespace
+
+absl::Status mpi_init(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    // Not started by a launcher: one rank, without MPI (the single-GPU fallback).
+    if (!launched_by_mpi()) return absl::OkStatus();
+    int provided = MPI_THREAD_SINGLE;
+    const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS)
+      return absl::InternalError(absl::StrCat("comm::init: MPI_Init_thread failed with code ", rc));
+    g_thread_level = provided;
+  } else if (finalized()) {
+    return absl::FailedPreconditionError("comm::init: MPI was already finalized; it cannot start again");
+  }
+  return thread_level_ok("comm::init");
+}
+
+void mpi_finalize() {
+  if (mpi_is_initialized()) MPI_Finalize();
+}
+
+bool mpi_is_initialized() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0 && !finalized();
+}
+
+void mpi_abort(int status) {
+  MPI_Abort(MPI_COMM_WORLD, status);
+  std::_Exit(status);  // MPI_Abort should not return; if it does, still stop this rank
+}
+
+int mpi_world_rank() {
+  if (!mpi_is_initialized()) return 0;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int mpi_world_size() {
+  if (!mpi_is_initialized()) return 1;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+absl::StatusOr<bool> mpi_all_ok(bool ok) {
+  if (!mpi_is_initialized()) return ok;
+  MTC_ASSIGN_OR_RETURN(MPI_Comm comm, dup(MPI_COMM_WORLD, "comm: set-up"));
+  int mine = ok ? 1 : 0, all = 0;
+  absl::Status s;
+  {
+    MpiLock lock;
+    s = mpi_status(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm), "comm: set-up", "MPI_Allreduce");
+  }
+  free_comm(&comm);
+  if (!s.ok()) return s;
+  return all != 0;
+}
+
+absl::Status mpi_broadcast(void* data, size_t bytes, int root) {
+  if (!mpi_is_initialized()) return absl::OkStatus();
+  if (bytes > static_cast<size_t>(INT_MAX)) return absl::InternalError("comm: set-up broadcast too large");
+  MTC_ASSIGN_OR_RETURN(MPI_Comm comm, dup(MPI_COMM_WORLD, "comm: set-up"));
+  absl::Status s;
+  {
+    MpiLock lock;
+    s = mpi_status(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm), "comm: set-up",
+                   "MPI_Bcast");
+  }
+  free_comm(&comm);
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<Exchange>> mpi_exchange() {
+  MTC_ASSIGN_OR_RETURN(MPI_Comm comm, dup(MPI_COMM_WORLD, "comm: argument check"));
+  return std::unique_ptr<Exchange>(std::make_unique<MpiExchange>(comm));
+}
+
+absl::StatusOr<std::shared_ptr<Communicator>> make_mpi(const CommOptions& opts) {
+  if (!mpi_is_initialized()) {
+    if (launched_by_mpi()) {
+      return absl::FailedPreconditionError(
+          "comm: backend mpi: the job was started by an MPI launcher but MPI is not initialised: call "
+          "comm::init(&argc, &argv) before create()");
+    }
+    // A build with MPI run without mpirun: a world of one, which needs no MPI at all.
+    return make_local(opts, Backend::kMpi);
+  }
+  MTC_RETURN_IF_ERROR(thread_level_ok("comm: backend mpi"));
+  MTC_ASSIGN_OR_RETURN(MPI_Comm comm, dup(MPI_COMM_WORLD, "comm: backend mpi"));
+  int rank = 0, world = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &world);
+  // The check is on for all ranks when it is on for any (MTC_COMM_CHECK may be set on
+  // one rank only): a rank checking alone would wait in an exchange nobody else joins.
+  int want = check_enabled(opts) ? 1 : 0, check_on = 0;
+  absl::Status s;
+  {
+    MpiLock lock;
+    s = mpi_status(MPI_Allreduce(&want, &check_on, 1, MPI_INT, MPI_MAX, comm), "comm: backend mpi",
+                   "MPI_Allreduce");
+  }
+  std::unique_ptr<Exchange> check;
+  if (s.ok() && check_on && world > 1) {
+    auto ex = dup(comm, "comm: argument check");
+    if (ex.ok()) {
+      check = std::make_unique<MpiExchange>(*ex);
+    } else {
+      s = ex.status();
+    }
+  }
+  if (!s.ok()) {
+    free_comm(&comm);
+    return s;
+  }
+  return std::shared_ptr<Communicator>(
+      std::make_shared<MpiCommunicator>(comm, rank, world, std::move(check), check_on != 0));
+}
+
+}  // namespace mtc::comm::internal

@@ -1,0 +1,158 @@
+// Tests of comm/ that need no mpirun: the local backend (a world of one) with every
+// collective, the asynchronous Work, argument errors, create()'s errors, the MPI backend
+// run without a launcher (a world of one) and abort_job.
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/communicator.h"
+#include "gtest/gtest.h"
+
+namespace mtc::comm {
+namespace {
+
+std::shared_ptr<Communicator> make(Backend b, bool check = false) {
+  auto c = create(CommOptions{.backend = b, .check_arguments = check});
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : nullptr;
+}
+
+std::vector<int32_t> iota(size_t n, int32_t from) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+TEST(CommLocal, Names) {
+  EXPECT_STREQ(data_type_name(DataType::kF32), "f32");
+  EXPECT_STREQ(data_type_name(DataType::kI32), "i32");
+  EXPECT_EQ(data_type_size(DataType::kF32), 4u);
+  EXPECT_STREQ(reduce_op_name(ReduceOp::kAvg), "avg");
+  EXPECT_STREQ(backend_name(Backend::kNccl), "nccl");
+  EXPECT_EQ(built_backends().rfind("local", 0), 0u);
+}
+
+// Every collective of one rank is a copy of its input (kAvg divides by 1), for both
+// checking modes and sizes 0, 1 and 1027.
+TEST(CommLocal, EveryCollectiveIsACopy) {
+  for (bool check : {false, true}) {
+    auto c = make(Backend::kLocal, check);
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->rank(), 0);
+    EXPECT_EQ(c->world_size(), 1);
+    EXPECT_EQ(c->backend(), Backend::kLocal);
+    EXPECT_FALSE(c->device_memory());
+    for (size_t n : {size_t{0}, size_t{1}, size_t{1027}}) {
+      SCOPED_TRACE(absl::StrCat("n=", n, " check=", check));
+      const std::vector<int32_t> in = iota(n, -500);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        std::vector<int32_t> out(n, 7);
+        EXPECT_TRUE(c->all_reduce(in.data(), out.data(), n, DataType::kI32, op)->wait().ok());
+        EXPECT_EQ(out, in);
+        out.assign(n, 7);
+        EXPECT_TRUE(c->reduce_scatter(in.data(), out.data(), n, DataType::kI32, op)->wait().ok());
+        EXPECT_EQ(out, in);
+      }
+      std::vector<int32_t> out(n, 7);
+      EXPECT_TRUE(c->all_gather(in.data(), out.data(), n, DataType::kI32)->wait().ok());
+      EXPECT_EQ(out, in);
+      out.assign(n, 7);
+      EXPECT_TRUE(c->all_to_all(in.data(), out.data(), n, DataType::kI32)->wait().ok());
+      EXPECT_EQ(out, in);
+      out.assign(n, 7);
+      const size_t counts[] = {n};
+      EXPECT_TRUE(c->all_to_all_v(in.data(), counts, out.data(), counts, DataType::kI32)->wait().ok());
+      EXPECT_EQ(out, in);
+      std::vector<float> f(n, 2.5f);
+      EXPECT_TRUE(c->all_reduce(f.data(), f.data(), n, DataType::kF32, ReduceOp::kAvg)->wait().ok());
+      EXPECT_EQ(f, std::vector<float>(n, 2.5f));
+      EXPECT_TRUE(c->broadcast(f.data(), n, DataType::kF32, 0)->wait().ok());
+      EXPECT_EQ(f, std::vector<float>(n, 2.5f));
+    }
+    EXPECT_TRUE(c->barrier()->wait().ok());
+  }
+}
+
+// Works queue in order on the comm thread: copies chained through three buffers, issued
+// before any wait, end with the first buffer's contents in the last.
+TEST(CommLocal, WorksRunInIssueOrder) {
+  auto c = make(Backend::kLocal);
+  ASSERT_NE(c, nullptr);
+  const size_t n = 1 << 20;
+  std::vector<int32_t> a = iota(n, 3), b(n, 0), d(n, 0);
+  std::vector<std::shared_ptr<Work>> works;
+  for (int k = 0; k < 20; ++k) {
+    works.push_back(c->all_gather(a.data(), b.data(), n, DataType::kI32));
+    works.push_back(c->all_to_all(b.data(), d.data(), n, DataType::kI32));
+  }
+  for (auto it = works.rbegin(); it != works.rend(); ++it) {
+    EXPECT_TRUE((*it)->wait().ok());
+    EXPECT_TRUE((*it)->done());
+    EXPECT_GE((*it)->seconds(), 0.0);
+  }
+  EXPECT_EQ(d, a);
+}
+
+TEST(CommLocal, BadArguments) {
+  auto c = make(Backend::kLocal);
+  ASSERT_NE(c, nullptr);
+  std::vector<int32_t> a(8), b(8);
+  auto expect = [](const std::shared_ptr<Work>& w, const std::string& message) {
+    absl::Status s = w->wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(s.message(), message);
+  };
+  expect(c->all_reduce(a.data(), nullptr, 3, DataType::kI32, ReduceOp::kSum),
+         "all_reduce: recv is null with count=3");
+  expect(c->broadcast(a.data(), 3, DataType::kI32, 1), "broadcast: root=1 is out of range for world size 1");
+  expect(c->broadcast(nullptr, 3, DataType::kI32, 0), "broadcast: buf is null with count=3");
+  expect(c->reduce_scatter(a.data(), a.data(), 3, DataType::kI32, ReduceOp::kSum),
+         "reduce_scatter: send and recv are the same buffer (in place is only for all_reduce and broadcast)");
+  expect(c->all_to_all(a.data(), b.data(), 3, static_cast<DataType>(5)),
+         "all_to_all: unknown data type 5 (expected f32 or i32)");
+  const size_t two[] = {2}, three[] = {3}, none[] = {0, 0};
+  expect(c->all_to_all_v(a.data(), two, b.data(), three, DataType::kI32),
+         "all_to_all_v: recv_counts[0]=3 differs from send_counts[0]=2 on the same rank (0)");
+  expect(c->all_to_all_v(a.data(), none, b.data(), two, DataType::kI32),
+         "all_to_all_v: send_counts has 2 entries, expected the world size 1");
+  // A rejected call does not disturb the queue.
+  std::vector<int32_t> in = iota(8, 1);
+  EXPECT_TRUE(c->all_reduce(in.data(), b.data(), 8, DataType::kI32, ReduceOp::kMax)->wait().ok());
+  EXPECT_EQ(b, in);
+}
+
+// Without a launcher, backend mpi is a world of one (in a build with MPI).
+TEST(CommLocal, MpiWithoutLauncherIsAWorldOfOne) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr) {
+    GTEST_SKIP() << "started by an MPI launcher";
+  }
+  EXPECT_TRUE(init(nullptr, nullptr).ok());
+  EXPECT_FALSE(mpi_initialized());
+  auto c = create(CommOptions{.backend = Backend::kMpi});
+#ifdef MTC_COMM_HAVE_MPI
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->backend(), Backend::kMpi);
+  EXPECT_EQ((*c)->world_size(), 1);
+  int32_t x = 41, y = 0;
+  EXPECT_TRUE((*c)->all_reduce(&x, &y, 1, DataType::kI32, ReduceOp::kSum)->wait().ok());
+  EXPECT_EQ(y, 41);
+#else
+  EXPECT_EQ(c.status().message(), "comm: backend mpi is not built in (built: " + built_backends() + ")");
+#endif
+}
+
+TEST(CommLocal, UnknownBackend) {
+  auto c = create(CommOptions{.backend = static_cast<Backend>(7)});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), "comm: unknown backend 7 (built: " + built_backends() + ")");
+}
+
+TEST(CommLocalDeathTest, AbortJobPrintsAndExits) {
+  EXPECT_EXIT(abort_job(3, "comm_local_test: stopping the job"), ::testing::ExitedWithCode(3),
+              "comm_local_test: stopping the job");
+}
+
+}  // namespace
+}  // namespace mtc::comm
