@@ -2,12 +2,19 @@
 // cross_entropy, backward, optimizer step) and reports loss, throughput and peak memory.
 // The last line, "summary model=... peak_compute_bytes=...", is parsed by other tools.
 // Every bad flag value prints one line "mtc-train: error: ..." and exits with status 2.
+// Under mpirun (or torchrun's environment) every rank runs it: the global batch is split
+// over the ranks and the gradients are averaged (data parallel); only rank 0 prints, and
+// a failure on any rank stops the whole job with a message naming that rank.
 #include <algorithm>
 #include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <csignal>
+#include <cstdarg>
 #include <cstdlib>
+#include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,11 +26,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli.h"
+#include "comm/communicator.h"
 #include "device.h"
 #include "mtc/data.h"
+#include "mtc/distributed.h"
 #include "mtc/models.h"
 #include "mtc/optim.h"
 #include "mtc/runtime.h"
+#include "world.h"
 
 // FlagText: a flag's value exactly as typed; main parses and checks it, so that a value
 // that is not even a number gets the same one-line error and exit status 2 as one that
@@ -72,6 +82,15 @@ ABSL_FLAG(FlagText, tma_warmup, {"5"}, "TMA: iterations traced before the first 
 ABSL_FLAG(FlagText, tma_time_limit, {"1"}, "TMA: seconds the planner may take per iteration shape (> 0)");
 ABSL_FLAG(bool, sync, false,
           "run the interpreter synchronously (each op on the calling thread; for debugging)");
+ABSL_FLAG(std::string, comm_backend, "auto",
+          "how ranks talk: auto|local|mpi|nccl; auto: nccl on GPUs, mpi on CPUs, none when alone");
+ABSL_FLAG(bool, sync_bn, false,
+          "batch norm over the global batch: statistics all-reduced over the ranks (as SyncBatchNorm)");
+ABSL_FLAG(std::string, bucket_size, "2MiB", "data parallel: gradient bytes per all-reduce bucket");
+ABSL_FLAG(bool, comm_check, false, "check that every rank passes matching arguments to each collective (debug)");
+ABSL_FLAG(FlagText, fail_rank, {"-1"}, "testing: this rank fails at --fail_iteration (-1: none)");
+ABSL_FLAG(FlagText, fail_iteration, {"1"}, "testing: the iteration at which --fail_rank fails (>= 1)");
+ABSL_FLAG(std::string, fail_mode, "error", "testing: how --fail_rank fails: error|exception|kill");
 
 namespace mtc {
 namespace {
@@ -79,9 +98,27 @@ namespace {
 constexpr int kBadValue = 2;  // exit status for a bad flag value or too little memory
 constexpr int kFailure = 1;   // exit status for any other error at run time
 
+launch::World g_world;  // this process's place in the job (one rank when started alone)
+
 // fail: the one error line, then exit without running destructors (the interpreter's
-// worker may still hold commands; nothing of it needs saving).
-[[noreturn]] void fail(int status, const std::string& what) { cli::fail("mtc-train", status, what); }
+// worker may still hold commands; nothing of it needs saving). With more than one rank
+// the line names this rank, and the whole job stops (MPI_Abort): no rank is left waiting
+// in a collective for this one.
+[[noreturn]] void fail(int status, const std::string& what) {
+  if (g_world.size > 1 || comm::mpi_initialized()) {
+    comm::abort_job(status, absl::StrCat("mtc-train: error: rank ", g_world.rank, " of ", g_world.size, ": ", what));
+  }
+  cli::fail("mtc-train", status, what);
+}
+
+// out: printf on rank 0 only; the other ranks print nothing but errors.
+__attribute__((format(printf, 1, 2))) void out(const char* fmt, ...) {
+  if (g_world.rank != 0) return;
+  va_list args;
+  va_start(args, fmt);
+  std::vprintf(fmt, args);
+  va_end(args);
+}
 
 template <typename T>
 T value_or_exit(absl::StatusOr<T> v) {
@@ -126,6 +163,12 @@ struct Flags {
   double lr, momentum, weight_decay;
   uint64_t seed;
   RuntimeOptions runtime;
+  // Ranks.
+  std::string comm_backend;
+  bool sync_bn, comm_check;
+  size_t bucket_bytes;
+  int fail_rank, fail_iteration;
+  std::string fail_mode;
 };
 
 Flags read_flags() {
@@ -194,15 +237,120 @@ Flags read_flags() {
   r.num_threads = f.threads;
   r.synchronous = absl::GetFlag(FLAGS_sync);
   r.seed = f.seed;
+
+  f.comm_backend = absl::GetFlag(FLAGS_comm_backend);
+  if (f.comm_backend != "auto" && f.comm_backend != "local" && f.comm_backend != "mpi" && f.comm_backend != "nccl") {
+    fail(kBadValue, absl::StrCat("--comm_backend '", f.comm_backend, "': expected auto, local, mpi or nccl"));
+  }
+  f.sync_bn = absl::GetFlag(FLAGS_sync_bn);
+  f.comm_check = absl::GetFlag(FLAGS_comm_check);
+  f.bucket_bytes = value_or_exit(bytes_flag("bucket_size", absl::GetFlag(FLAGS_bucket_size)));
+  if (f.bucket_bytes == 0) fail(kBadValue, "--bucket_size 'auto': expected a size > 0 such as 2MiB");
+  f.fail_rank = value_or_exit(int_flag("fail_rank", absl::GetFlag(FLAGS_fail_rank), -1));
+  f.fail_iteration = value_or_exit(int_flag("fail_iteration", absl::GetFlag(FLAGS_fail_iteration), 1));
+  f.fail_mode = absl::GetFlag(FLAGS_fail_mode);
+  if (f.fail_mode != "error" && f.fail_mode != "exception" && f.fail_mode != "kill") {
+    fail(kBadValue, absl::StrCat("--fail_mode '", f.fail_mode, "': expected error, exception or kill"));
+  }
+  if (f.batch % g_world.size != 0) {
+    fail(kBadValue, absl::StrCat("--batch ", f.batch, " on ", g_world.size,
+                                 " ranks: expected a multiple of the number of ranks (the global batch is split "
+                                 "evenly over them)"));
+  }
+  // GPUs: the local rank picks one of the visible devices (launch/world.h).
+  if (r.device == "cuda") r.device_ordinal = launch::device_for(g_world, visible_gpus());
   return f;
+}
+
+// make_communicator: the ranks' communicator, or null when this rank is alone and
+// nothing needs one (the single-device fallback).
+dist::CommPtr make_communicator(const Flags& f) {
+  if (g_world.size == 1 && !f.sync_bn && f.comm_backend == "auto") return nullptr;
+  if (g_world.size > 1 && !comm::mpi_initialized()) {
+    fail(kBadValue, absl::StrCat(g_world.size, " ranks from ", g_world.launcher,
+                                 "'s environment, but mtc's ranks connect through MPI (NCCL's bootstrap too), "
+                                 "which was not started: expected a start by mpirun -np ", g_world.size));
+  }
+  comm::CommOptions o;
+  o.device_ordinal = f.runtime.device_ordinal;
+  o.check_arguments = f.comm_check;
+  const std::string b = f.comm_backend != "auto" ? f.comm_backend
+                        : f.runtime.device == "cuda" ? "nccl"
+                        : g_world.size > 1           ? "mpi"
+                                                     : "local";
+  o.backend = b == "nccl" ? comm::Backend::kNccl : b == "mpi" ? comm::Backend::kMpi : comm::Backend::kLocal;
+  absl::StatusOr<std::shared_ptr<comm::Communicator>> c = comm::create(o);
+  if (!c.ok()) fail(kBadValue, absl::StrCat("--comm_backend ", b, ": ", c.status().message()));
+  if ((*c)->world_size() != g_world.size || (*c)->rank() != g_world.rank) {
+    fail(kFailure, absl::StrCat("the ", b, " communicator has rank ", (*c)->rank(), " of ", (*c)->world_size(),
+                                ", the launcher's environment says ", launch::describe(g_world)));
+  }
+  return *c;
+}
+
+// rank_rows: this rank's share of a global host batch, rows [rank * n, (rank + 1) * n).
+data::HostBatch rank_rows(data::HostBatch global) {
+  if (g_world.size == 1) return global;
+  const size_t n = global.labels.size() / g_world.size;
+  const size_t per_image = global.images.size() / global.labels.size();
+  data::HostBatch b = global;
+  b.labels.assign(global.labels.begin() + g_world.rank * n, global.labels.begin() + (g_world.rank + 1) * n);
+  b.images.assign(global.images.begin() + g_world.rank * n * per_image,
+                  global.images.begin() + (g_world.rank + 1) * n * per_image);
+  b.shape[0] = static_cast<int64_t>(n);
+  return b;
+}
+
+// inject_failure: --fail_rank's failure, for the tests of how the other ranks stop.
+void inject_failure(const Flags& f, int it) {
+  if (g_world.rank != f.fail_rank || it != f.fail_iteration) return;
+  if (f.fail_mode == "kill") std::raise(SIGKILL);
+  if (f.fail_mode == "exception") throw std::runtime_error(absl::StrCat("injected exception at iteration ", it));
+  fail(kFailure, absl::StrCat("iteration ", it, ": injected failure (--fail_rank ", f.fail_rank, ")"));
+}
+
+// RankMemory: one rank's region figures, gathered for the summary.
+struct RankMemory {
+  size_t m1_capacity, m1_allocated, m1_peak, m2_capacity, m2_peak, m2_high_water;
+};
+
+// gather_memory: every rank's figures, in rank order (this rank's alone without ranks).
+std::vector<RankMemory> gather_memory(const MemoryStats& m, const dist::CommPtr& c) {
+  const size_t mine[6] = {m.comm.capacity,    m.comm.allocated,        m.comm.peak_allocated,
+                          m.compute.capacity, m.compute.peak_allocated, m.compute.high_water};
+  std::vector<size_t> all(std::begin(mine), std::end(mine));
+  if (c != nullptr && c->world_size() > 1) {
+    // Each size as two i32 halves of 30 bits: exact up to 2^60 bytes.
+    std::vector<int32_t> halves;
+    for (size_t v : mine) {
+      halves.push_back(static_cast<int32_t>(v >> 30));
+      halves.push_back(static_cast<int32_t>(v & ((size_t{1} << 30) - 1)));
+    }
+    Tensor t = from_vector_i32({1, static_cast<int64_t>(halves.size())}, halves);
+    absl::StatusOr<std::vector<int32_t>> g = dist::all_gather(t, c).to_vector_i32();
+    if (!g.ok()) fail(kFailure, absl::StrCat("gathering the ranks' memory figures: ", g.status().message()));
+    all.clear();
+    for (size_t i = 0; i + 1 < g->size(); i += 2) {
+      all.push_back((static_cast<size_t>((*g)[i]) << 30) | static_cast<size_t>((*g)[i + 1]));
+    }
+  }
+  std::vector<RankMemory> r;
+  for (size_t i = 0; i + 5 < all.size(); i += 6) r.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5]});
+  return r;
 }
 
 int run(const Flags& f) {
   auto runtime = Runtime::create(f.runtime);
   if (!runtime.ok()) fail(kBadValue, std::string(runtime.status().message()));
   Runtime& rt = **runtime;
-  std::printf("device: %s%s\n", rt.device().describe().c_str(),
+  out("device: %s%s\n", rt.device().describe().c_str(),
               f.runtime.synchronous ? ", synchronous interpreter" : "");
+  const dist::CommPtr comm = make_communicator(f);
+  const int per_rank = f.batch / g_world.size;
+  if (comm != nullptr) {
+    out("ranks: %d (%s), %s communicator, %d samples per rank%s\n", g_world.size, g_world.launcher.c_str(),
+        comm::backend_name(comm->backend()), per_rank, f.sync_bn ? ", synchronised batch norm" : "");
+  }
 
   // CIFAR-10 images are 32x32 whatever the model; --image_size sizes resnet50's input.
   const bool cifar = absl::StartsWith(f.data, "cifar10:");
@@ -219,16 +367,26 @@ int run(const Flags& f) {
     }
     fail(kFailure, absl::StrCat("creating ", f.model, ": ", s.message()));
   }
-  std::printf("model: %s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(),
+  out("model: %s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(),
               static_cast<long long>(n_params), mib(n_params * sizeof(float)).c_str(),
               shape_str(model.sample_shape).c_str(), f.num_classes);
+
+  if (f.sync_bn) dist::convert_sync_batch_norm(*model.net, comm);
+  std::unique_ptr<dist::DataParallel> dp;
+  if (g_world.size > 1) {
+    dp = value_or_exit(dist::DataParallel::create(*model.net, comm, {.bucket_bytes = f.bucket_bytes}));
+    absl::StatusOr<dist::DataParallelFigures> fig = dp->figures();
+    if (!fig.ok()) fail(kFailure, absl::StrCat("broadcasting rank 0's parameters: ", fig.status().message()));
+    out("data parallel: %d gradient buckets, %s in the comm/gradient region\n", fig->buckets,
+        mib(fig->bucket_bytes).c_str());
+  }
 
   std::unique_ptr<data::DataSource> data =
       value_or_exit(data::open_data(f.data, model.sample_shape, f.num_classes, f.seed, /*shuffle=*/true));
   if (cifar && f.num_classes != data->num_classes()) {
     fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
   }
-  std::printf("data: %s\n", data->describe().c_str());
+  out("data: %s\n", data->describe().c_str());
 
   std::unique_ptr<optim::Optimizer> opt;
   if (f.optimizer == "sgd") {
@@ -241,7 +399,7 @@ int run(const Flags& f) {
         model.net->parameters(),
         {.lr = static_cast<float>(f.lr), .weight_decay = static_cast<float>(f.weight_decay)}));
   }
-  std::printf("optimizer: %s lr %g momentum %g weight_decay %g, batch %d, %d + %d warm-up iterations\n",
+  out("optimizer: %s lr %g momentum %g weight_decay %g, batch %d, %d + %d warm-up iterations\n",
               f.optimizer.c_str(), f.lr, f.optimizer == "sgd" ? f.momentum : 0.0, f.weight_decay, f.batch,
               f.iterations, f.warmup);
   std::fflush(stdout);
@@ -276,15 +434,28 @@ int run(const Flags& f) {
   };
   TmaFigures tma_start = f.warmup == 0 ? tma_stats(0) : TmaFigures{};
   size_t high_water = 0;
-  data::HostBatch host = data->next(f.batch);
+  // Every rank draws the same global batch and keeps its own rows of it, so N ranks see
+  // exactly the samples one rank would with the whole batch.
+  data::HostBatch host = rank_rows(data->next(f.batch));
+  dist::DataParallelFigures dp_start, dp_end;
+  auto dp_figures = [&](int it) {
+    if (dp == nullptr) return dist::DataParallelFigures{};
+    absl::StatusOr<dist::DataParallelFigures> fig = dp->figures();
+    if (!fig.ok()) iteration_failed(it, fig.status());
+    return *fig;
+  };
+  if (f.warmup == 0) dp_start = dp_figures(0);
   const int total = f.warmup + f.iterations;  // iterations 1..warmup are not timed
   EvictStats ev_window = ev_start;  // at the last progress line
   for (int it = 1; it <= total; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
+    inject_failure(f, it);
     rt.interpreter().mark("iteration", it);
-    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, data::to_device(host));
+    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, data::to_device(host), dp.get());
     if (!loss.ok()) iteration_failed(it, loss.status());
-    absl::StatusOr<float> l = loss->item();  // synchronises: the iteration has run
+    // The loss of the global batch: the mean of the ranks' means (equal shares).
+    Tensor global_loss = dp != nullptr ? dist::all_reduce(loss->detach(), dist::Reduce::kAvg, comm) : *loss;
+    absl::StatusOr<float> l = global_loss.item();  // synchronises: the iteration has run
     if (!l.ok()) iteration_failed(it, l.status());
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss_value = *l;
@@ -292,31 +463,32 @@ int run(const Flags& f) {
     if (it == f.warmup) {
       ev_start = evict_stats(it);
       tma_start = tma_stats(it);
+      dp_start = dp_figures(it);
       // The memory figures of the summary cover the timed iterations too.
       if (absl::Status s = rt.interpreter().reset_peak(); !s.ok()) iteration_failed(it, s);
     }
     window += dt;
     ++window_iters;
-    if (it < total) host = data->next(f.batch);  // host-side data stays out of the timing
+    if (it < total) host = rank_rows(data->next(f.batch));  // host-side data stays out of the timing
     if (it % f.log_every == 0 || it == total) {
       absl::StatusOr<MemoryStats> m = rt.interpreter().memory_stats();
       if (!m.ok()) iteration_failed(it, m.status());
       peak = m->compute.peak_allocated;
       high_water = m->compute.high_water;
       const double ms = 1e3 * window / window_iters;
-      std::printf("iter %d loss %.6f samples/s %.1f ms %.1f peak_compute %.1f MiB", it, loss_value,
+      out("iter %d loss %.6f samples/s %.1f ms %.1f peak_compute %.1f MiB", it, loss_value,
                   f.batch * 1e3 / ms, ms, peak / 1048576.0);
       if (f.runtime.evict.policy != EvictPolicy::kNone) {  // DTE per iteration, over the window
         const EvictStats e = evict_stats(it);
         const double n = window_iters;
-        std::printf(" | per iter: drop %.1f swap %.1f recompute %.1f (%.1f ms) swapped %.1f MiB search %.2f ms",
+        out(" | per iter: drop %.1f swap %.1f recompute %.1f (%.1f ms) swapped %.1f MiB search %.2f ms",
                     (e.evict_drop - ev_window.evict_drop) / n, (e.evict_swap - ev_window.evict_swap) / n,
                     (e.recomputes - ev_window.recomputes) / n, (e.recompute_us - ev_window.recompute_us) / n * 1e-3,
                     (e.swapped_out_bytes - ev_window.swapped_out_bytes) / n / 1048576.0,
                     (e.search_us - ev_window.search_us) / n * 1e-3);
         ev_window = e;
       }
-      std::printf("\n");
+      out("\n");
       std::fflush(stdout);
       window = 0;
       window_iters = 0;
@@ -335,12 +507,29 @@ int run(const Flags& f) {
   std::sort(sorted.begin(), sorted.end());
   const size_t mid = sorted.size() / 2;
   const double median_sec = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
-  std::printf(
+  // Data parallel over the timed iterations: the all-reduces' time on the communicator's
+  // queue, and the part of it the interpreter waited for after the backward (exposed).
+  dp_end = dp_figures(total);
+  const double dp_comm = dp_end.comm_sec - dp_start.comm_sec;
+  const double dp_exposed = dp_end.exposed_sec - dp_start.exposed_sec;
+  const double dp_hidden = dp_comm > 0 ? std::clamp(1.0 - dp_exposed / dp_comm, 0.0, 1.0) : 0.0;
+  // Every rank's regions: m1 (comm/gradient) and m2 (compute).
+  absl::StatusOr<MemoryStats> mem = rt.interpreter().memory_stats();
+  if (!mem.ok()) iteration_failed(total, mem.status());
+  const std::vector<RankMemory> ranks = gather_memory(*mem, comm);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankMemory& m = ranks[r];
+    out("memory rank %zu: m1 %s, %s in use, peak %s; m2 %s, peak %s, high water %s\n", r,
+        mib(m.m1_capacity).c_str(), mib(m.m1_allocated).c_str(), mib(m.m1_peak).c_str(), mib(m.m2_capacity).c_str(),
+        mib(m.m2_peak).c_str(), mib(m.m2_high_water).c_str());
+  }
+  out(
       "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f median_sec_per_iter=%.4f "
       "min_sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f peak_compute_bytes=%zu "
       "evict_drop=%llu evict_swap=%llu evict_fragmented=%llu recomputes=%llu recompute_sec=%.4f swapped_bytes=%llu "
       "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f high_water_compute_bytes=%zu tma_hits=%llu "
-      "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu\n",
+      "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu ranks=%d peak_comm_bytes=%zu "
+      "dp_buckets=%d dp_comm_sec=%.4f dp_exposed_sec=%.4f dp_hidden_share=%.3f\n",
       f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(),
       f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
@@ -355,10 +544,11 @@ int run(const Flags& f) {
       static_cast<unsigned long long>(tma_end.misses - tma_start.misses),
       static_cast<unsigned long long>(tma_end.plans),
       static_cast<unsigned long long>(tma_end.cache_hits - tma_start.cache_hits),
-      static_cast<unsigned long long>(tma_end.cache_lookups - tma_start.cache_lookups));
+      static_cast<unsigned long long>(tma_end.cache_lookups - tma_start.cache_lookups), g_world.size,
+      mem->comm.peak_allocated, dp_end.buckets, dp_comm, dp_exposed, dp_hidden);
   std::fflush(stdout);
   if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
-  if (!f.runtime.trace_path.empty()) std::printf("trace: %s\n", f.runtime.trace_path.c_str());
+  if (!f.runtime.trace_path.empty()) out("trace: %s\n", f.runtime.trace_path.c_str());
   return 0;
 }
 
@@ -366,9 +556,35 @@ int run(const Flags& f) {
 }  // namespace mtc
 
 int main(int argc, char** argv) {
+  // The job's layout first, so that every later error names this rank.
+  absl::StatusOr<mtc::launch::World> world = mtc::launch::world_from_environment();
+  if (!world.ok()) mtc::cli::fail("mtc-train", mtc::kBadValue, std::string(world.status().message()));
+  mtc::g_world = *world;
+  // Open MPI's waiting threads spin by default. A rank's comm thread waits in MPI while
+  // its kernels run, and with as many ranks as cores the spinning takes their cores:
+  // waiting threads yield instead, unless the user set it (benchmarks/dp_overlap.sh).
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+  if (absl::Status s = mtc::comm::init(&argc, &argv); !s.ok()) mtc::fail(mtc::kFailure, std::string(s.message()));
+  // An exception nothing caught stops the job like any other failure of this rank.
+  std::set_terminate([] {
+    std::string what = "an uncaught exception";
+    if (std::exception_ptr e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        what = absl::StrCat("an uncaught exception: ", x.what());
+      } catch (...) {
+      }
+    }
+    mtc::fail(mtc::kFailure, what);
+  });
   mtc::cli::parse_flags("mtc-train", "mtc_train",
                          "trains a model on the mtc runtime and reports loss, throughput and peak memory.\n"
                          "  mtc-train --model=resnet56 --batch=64 --iterations=20 [--data=cifar10:PATH] "
-                         "[--memory=2GiB]", argc, argv);
-  return mtc::run(mtc::read_flags());
+                         "[--memory=2GiB]\n"
+                         "  mpirun -np 4 mtc-train --model=resnet20 --batch=256 [--sync_bn]   (data parallel)",
+                         argc, argv);
+  const int status = mtc::run(mtc::read_flags());
+  mtc::comm::finalize();
+  return status;
 }

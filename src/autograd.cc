@@ -123,13 +123,37 @@ absl::Status run_backward(const Tensor& root, Tensor grad_root) {
     stack.pop_back();
   }
 
+  // Leaves with a grad_ready hook: how many edges of the graph still owe them a gradient.
+  absl::flat_hash_map<AutogradMeta*, int> owed;
+  for (GradNode* node : order) {
+    for (const auto& m : node->input_metas) {
+      if (m && !m->grad_fn && m->grad_ready) ++owed[m.get()];
+    }
+  }
+  auto paid = [&](AutogradMeta* m) {
+    auto it = owed.find(m);
+    if (it != owed.end() && --it->second == 0) {
+      owed.erase(it);
+      m->grad_ready(*m);
+    }
+  };
+  auto settle = [&](GradNode* node) {  // node passed back whatever it will
+    if (owed.empty()) return;
+    for (const auto& m : node->input_metas) {
+      if (m && !m->grad_fn) paid(m.get());
+    }
+  };
+
   absl::flat_hash_map<GradNode*, TensorList> pending;
   pending[root_meta->grad_fn.get()].resize(root_meta->grad_fn->output_descs.size());
   pending[root_meta->grad_fn.get()][root_meta->output_index] = grad_root;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     GradNode* node = *it;
     auto p = pending.find(node);
-    if (p == pending.end()) continue;  // no gradient reached it
+    if (p == pending.end()) {  // no gradient reached it
+      settle(node);
+      continue;
+    }
     TensorList grads = std::move(p->second);
     pending.erase(p);
     grads.resize(node->output_descs.size());
@@ -167,6 +191,7 @@ absl::Status run_backward(const Tensor& root, Tensor grad_root) {
         if (!m->grad.poisoned()) m->grad.interpreter()->make_gradient(m->grad);
       }
     }
+    settle(node);
   }
   return absl::OkStatus();
 }

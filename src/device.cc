@@ -1,4 +1,4 @@
-// make_device: picks the device implementation the options name.
+// make_device: picks the device implementation the options name; visible_gpus.
 #include "device.h"
 
 #include "absl/strings/str_cat.h"
@@ -8,7 +8,16 @@ namespace mtc {
 absl::StatusOr<std::shared_ptr<Device>> make_cpu_device(const DeviceOptions& o);
 #ifdef MTC_HAVE_CUDA
 absl::StatusOr<std::shared_ptr<Device>> make_cuda_device(const DeviceOptions& o);
+int cuda_device_count();  // the CUDA backend's: cudaGetDeviceCount, 0 on an error
 #endif
+
+int visible_gpus() {
+#ifdef MTC_HAVE_CUDA
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
 
 absl::StatusOr<std::shared_ptr<Device>> make_device(const DeviceOptions& o) {
   switch (o.type) {

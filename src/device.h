@@ -58,6 +58,10 @@ class Device {
   std::unique_ptr<alloc::Region> compute_;
 };
 
+// visible_gpus: the GPUs this process can use (CUDA_VISIBLE_DEVICES applied by the CUDA
+// runtime); 0 in a build without the CUDA backend or on a machine without a GPU.
+int visible_gpus();
+
 // make_device: the device the options name, with its arena taken. Fails with a Status
 // (not a crash) when the memory cannot be had or the device type is not built in.
 absl::StatusOr<std::shared_ptr<Device>> make_device(const DeviceOptions& opts);

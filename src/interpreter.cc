@@ -176,7 +176,7 @@ TensorList Interpreter::apply(std::shared_ptr<const OpDef> op, std::span<const T
     cmd.output_descs.push_back(std::move(d));
   }
   cmd.op = std::move(op);
-  cmd.recomputable = !in_backward();
+  cmd.recomputable = !in_backward() && cmd.op->recomputable();
   enqueue(Command{std::move(cmd)});
   return outs;
 }

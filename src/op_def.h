@@ -111,6 +111,10 @@ class OpDef {
   // the op is not differentiable.
   virtual absl::StatusOr<TensorList> backward(const BackwardArgs& args) const;
   virtual bool differentiable() const { return true; }
+  // recomputable: DTE may drop the op's outputs and run the op again to regenerate them.
+  // Collectives say no: a rerun on one rank would wait forever for the others, so their
+  // outputs are only ever swapped.
+  virtual bool recomputable() const { return true; }
   // num_outputs: how many outputs the op makes (known before infer runs).
   virtual int num_outputs() const { return 1; }
   // Bit masks over input / output indexes: what backward needs saved.

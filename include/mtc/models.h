@@ -15,6 +15,10 @@
 #include "mtc/nn.h"
 #include "mtc/optim.h"
 
+namespace mtc::dist {
+class DataParallel;
+}
+
 namespace mtc::models {
 
 // BasicBlock: conv3x3(stride)-BN-ReLU-conv3x3-BN, plus the shortcut (1x1 conv with the
@@ -146,7 +150,9 @@ absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o 
 
 // train_step: one training iteration on a classification batch: zero_grad, forward,
 // cross_entropy, backward, optimizer step. Returns the loss without waiting for it:
-// loss.item() synchronises and reports any failure inside the iteration.
-absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch);
+// loss.item() synchronises and reports any failure inside the iteration. With `dp`, the
+// gradients are averaged over the ranks (dp->finish()) before the step.
+absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch,
+                                  dist::DataParallel* dp = nullptr);
 
 }  // namespace mtc::models

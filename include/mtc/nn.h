@@ -16,6 +16,10 @@
 #include "mtc/ops.h"
 #include "mtc/tensor.h"
 
+namespace mtc::comm {
+class Communicator;
+}
+
 namespace mtc::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
@@ -132,6 +136,10 @@ class BatchNorm2d final : public Module {
   std::string type_name() const override { return "BatchNorm2d"; }
   float eps, momentum;
   Tensor weight, bias, running_mean, running_var;
+  // sync: in training, normalise with the statistics of the global batch over these
+  // ranks (dist::sync_batch_norm; set by dist::convert_sync_batch_norm). Null: this
+  // rank's batch alone.
+  std::shared_ptr<comm::Communicator> sync;
 };
 
 // LayerNorm: over the last dimension; gamma 1, beta 0.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -108,6 +109,11 @@ struct AutogradMeta {
   std::shared_ptr<GradNode> grad_fn;  // null for leaves
   int output_index = 0;               // which output of grad_fn this tensor is
   Tensor grad;                        // leaves only
+  // grad_ready (leaves only): called during each backward pass as soon as this leaf's
+  // gradient is complete, i.e. every op of the graph that read the leaf has passed its
+  // gradient back (grad may then still be undefined, if none flowed). Data parallel
+  // starts the gradient's all-reduce from it, overlapping the rest of the backward.
+  std::function<void(AutogradMeta&)> grad_ready;
 };
 
 // NoGradGuard: while one lives on this thread, ops record no autograd history.

@@ -1,4 +1,5 @@
 // train_step: the training iteration that mtc-train and the training tests run.
+#include "mtc/distributed.h"
 #include "mtc/interpreter.h"
 #include "mtc/models.h"
 #include "mtc/ops.h"
@@ -6,13 +7,15 @@
 
 namespace mtc::models {
 
-absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch) {
+absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch,
+                                  dist::DataParallel* dp) {
   Interpreter* interp = batch.images.interpreter();  // trace marks; free when not tracing
   opt.zero_grad();
   interp->mark("forward");
   Tensor loss = cross_entropy(net.forward(batch.images), batch.labels);
   interp->mark("backward");
   MTC_RETURN_IF_ERROR(loss.backward());
+  if (dp != nullptr) dp->finish();
   interp->mark("step");
   opt.step();
   return loss;

@@ -1,6 +1,8 @@
 // The parameterised layers: Linear, Conv2d, BatchNorm2d, LayerNorm. Each creates its
-// parameters with PyTorch's default initialisation and calls one op in forward.
+// parameters with PyTorch's default initialisation and calls one op in forward (BatchNorm2d
+// with `sync`: the ops of dist::sync_batch_norm).
 #include "absl/strings/str_cat.h"
+#include "mtc/distributed.h"
 #include "mtc/nn.h"
 #include "mtc/status.h"
 
@@ -44,6 +46,7 @@ BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum) : eps(eps)
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
+  if (sync && is_training()) return dist::sync_batch_norm(x, weight, bias, running_mean, running_var, momentum, eps, sync);
   return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
 }
 

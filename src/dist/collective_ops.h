@@ -1,0 +1,146 @@
+// The collective ops: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast and
+// barrier as ops of the registry (their kernels call the op's Communicator), the in-place
+// broadcast for parameters, the two halves of a data-parallel bucket reduction, and the
+// mask that routes a max-reduction's gradient. Kernels: src/kernels/cpu/collective.cc.
+//
+// None of them is recomputable: DTE never drops their outputs (a rerun on one rank alone
+// would wait forever for the others).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "mtc/distributed.h"
+#include "op_def.h"
+
+namespace mtc::dist {
+
+comm::ReduceOp to_comm(Reduce r);
+absl::StatusOr<comm::DataType> to_comm(DType t);
+
+// CollectiveOp: what every collective op shares: its communicator.
+struct CollectiveOp : OpDef {
+  explicit CollectiveOp(CommPtr c) : comm(std::move(c)) {}
+  bool recomputable() const override { return false; }
+  double flops_per_element() const override { return 0; }
+  std::string attrs() const override;  // "world=4"
+  CommPtr comm;
+};
+
+// ReducingOp: a collective that reduces with `reduce`. A max's backward needs x and y
+// (the gradient goes where they are equal); a sum's or an average's needs neither.
+struct ReducingOp : CollectiveOp {
+  ReducingOp(CommPtr c, Reduce r) : CollectiveOp(std::move(c)), reduce(r) {}
+  uint64_t saves_inputs() const override { return reduce == Reduce::kMax ? 1 : 0; }
+  uint64_t saves_outputs() const override { return reduce == Reduce::kMax ? 1 : 0; }
+  std::string attrs() const override;  // "op=sum world=4"
+  Reduce reduce;
+};
+
+struct AllReduceOp final : ReducingOp {
+  MTC_OP_SCHEMA("all_reduce")
+  using ReducingOp::ReducingOp;
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+};
+
+struct AllGatherOp final : CollectiveOp {
+  MTC_OP_SCHEMA("all_gather")
+  using CollectiveOp::CollectiveOp;
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+  uint64_t saves_inputs() const override { return 0; }
+};
+
+struct ReduceScatterOp final : ReducingOp {
+  MTC_OP_SCHEMA("reduce_scatter")
+  using ReducingOp::ReducingOp;
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+};
+
+// AllToAllOp: even when send_rows is empty, else uneven (rows of dim 0 per rank).
+struct AllToAllOp final : CollectiveOp {
+  MTC_OP_SCHEMA("all_to_all")
+  AllToAllOp(CommPtr c, std::vector<int64_t> send, std::vector<int64_t> recv)
+      : CollectiveOp(std::move(c)), send_rows(std::move(send)), recv_rows(std::move(recv)) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+  uint64_t saves_inputs() const override { return 0; }
+  std::string attrs() const override;
+  std::vector<int64_t> send_rows, recv_rows;
+};
+
+struct BroadcastOp final : CollectiveOp {
+  MTC_OP_SCHEMA("broadcast")
+  BroadcastOp(CommPtr c, int r) : CollectiveOp(std::move(c)), root(r) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+  uint64_t saves_inputs() const override { return 0; }
+  std::string attrs() const override;
+  int root;
+};
+
+// BroadcastInPlaceOp: input 0 is overwritten with root's; no outputs.
+struct BroadcastInPlaceOp final : CollectiveOp {
+  MTC_OP_SCHEMA("broadcast_")
+  BroadcastInPlaceOp(CommPtr c, int r) : CollectiveOp(std::move(c)), root(r) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+  int num_outputs() const override { return 0; }
+  uint64_t mutates_inputs() const override { return 1; }
+  std::string attrs() const override;
+  int root;
+};
+
+struct BarrierOp final : CollectiveOp {
+  MTC_OP_SCHEMA("barrier")
+  using CollectiveOp::CollectiveOp;
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+  int num_outputs() const override { return 0; }
+};
+
+// MaxGradMaskOp: inputs x, y, g of one shape -> g where x == y, else 0.
+struct MaxGradMaskOp final : OpDef {
+  MTC_OP_SCHEMA("max_grad_mask")
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+};
+
+// BucketState: one data-parallel bucket, shared by its two ops and DataParallel.
+struct BucketState {
+  std::shared_ptr<comm::Work> work;  // the all-reduce in flight
+  std::shared_ptr<DataParallelFigures> figures;
+  std::vector<size_t> offsets;  // each gradient's element offset in the flat buffer
+};
+
+// BucketReduceOp: inputs flat, g1..gk. Packs the gradients into flat and starts its
+// all-reduce (average) on the communicator's queue; returns without waiting for it.
+struct BucketReduceOp final : CollectiveOp {
+  MTC_OP_SCHEMA("bucket_reduce")
+  BucketReduceOp(CommPtr c, std::shared_ptr<BucketState> s) : CollectiveOp(std::move(c)), state(std::move(s)) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+  int num_outputs() const override { return 0; }
+  uint64_t mutates_inputs() const override { return 1; }
+  std::shared_ptr<BucketState> state;
+};
+
+// BucketWaitOp: inputs flat, g1..gk. Waits for the bucket's all-reduce and unpacks the
+// averaged gradients from flat into g1..gk (in place).
+struct BucketWaitOp final : CollectiveOp {
+  MTC_OP_SCHEMA("bucket_wait")
+  BucketWaitOp(CommPtr c, std::shared_ptr<BucketState> s) : CollectiveOp(std::move(c)), state(std::move(s)) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+  int num_outputs() const override { return 0; }
+  uint64_t mutates_inputs() const override { return ~uint64_t{0} << 1; }
+  std::shared_ptr<BucketState> state;
+};
+
+inline constexpr int kMaxBucketTensors = 63;  // gradients per bucket: the mutation mask's width
+
+}  // namespace mtc::dist

@@ -1,0 +1,132 @@
+// DataParallel (include/mtc/distributed.h): buckets of parameter gradients, all-reduced
+// (averaged) over the ranks as the backward completes them. See Note [Bucket overlap].
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "dist/collective_ops.h"
+#include "mtc/distributed.h"
+#include "mtc/interpreter.h"
+#include "mtc/status.h"
+
+namespace mtc::dist {
+
+// Note [Bucket overlap]
+// A bucket's all-reduce is two ops. bucket_reduce, issued from the grad_ready hook of the
+// bucket's last parameter (autograd.h), copies the gradients into the bucket's flat
+// buffer in the comm/gradient region and starts the all-reduce on the communicator's
+// queue (its own thread under MPI, its own stream under NCCL), then returns: the
+// interpreter goes on with the rest of the backward while the ranks exchange the bucket.
+// bucket_wait, issued by finish() after the backward, waits for it and copies the
+// averages back into the gradients, which the optimizer then reads. The time spent
+// waiting there is the part of the communication the backward did not hide.
+struct DataParallel::Bucket {
+  std::vector<size_t> params;  // indexes into params_, in the order they are packed
+  size_t numel = 0;
+  Tensor flat;
+  std::shared_ptr<BucketState> state;
+  size_t ready = 0;  // parameters whose gradient this backward has completed
+  bool launched = false;
+};
+
+DataParallel::DataParallel(nn::Module& net, CommPtr c, const DataParallelOptions& o)
+    : comm_(std::move(c)), opts_(o), params_(net.parameters()),
+      figures_(std::make_shared<DataParallelFigures>()) {}
+
+DataParallel::~DataParallel() {
+  for (Tensor& p : params_) {
+    if (p.meta()) p.meta()->grad_ready = nullptr;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::create(nn::Module& net, CommPtr c,
+                                                                   const DataParallelOptions& o) {
+  if (c == nullptr) return absl::InvalidArgumentError("data parallel: no communicator");
+  if (o.bucket_bytes == 0) return absl::InvalidArgumentError("data parallel: bucket_bytes 0, expected > 0");
+  std::unique_ptr<DataParallel> dp(new DataParallel(net, std::move(c), o));
+  if (dp->params_.empty()) return absl::InvalidArgumentError("data parallel: the module has no parameters");
+  for (const Tensor& p : dp->params_) {
+    if (!p.requires_grad() || p.meta()->grad_fn) {
+      return absl::InvalidArgumentError("data parallel: a parameter is not a leaf that requires grad");
+    }
+  }
+  dp->interp_ = dp->params_[0].interpreter();
+  if (o.broadcast_parameters) {
+    for (const Tensor& p : dp->params_) broadcast_(p, 0, dp->comm_);
+    for (const Tensor& b : net.buffers()) broadcast_(b, 0, dp->comm_);
+  }
+  MTC_RETURN_IF_ERROR(dp->init());
+  return dp;
+}
+
+absl::Status DataParallel::init() {
+  // Buckets in reverse parameter order: the backward completes the last layers first.
+  auto start = [&] {
+    buckets_.push_back(std::make_unique<Bucket>());
+    buckets_.back()->state = std::make_shared<BucketState>();
+    buckets_.back()->state->figures = figures_;
+  };
+  start();
+  for (size_t k = params_.size(); k-- > 0;) {
+    Bucket* b = buckets_.back().get();
+    const size_t n = static_cast<size_t>(params_[k].numel());
+    const bool full = b->params.size() == kMaxBucketTensors ||
+                      (!b->params.empty() && (b->numel + n) * sizeof(float) > opts_.bucket_bytes);
+    if (full) {
+      start();
+      b = buckets_.back().get();
+    }
+    b->state->offsets.push_back(b->numel);
+    b->params.push_back(k);
+    b->numel += n;
+  }
+  for (auto& bp : buckets_) {
+    Bucket& b = *bp;
+    std::vector<float> zero(b.numel, 0.f);
+    b.flat = interp_->put(TensorDesc{Shape{static_cast<int64_t>(b.numel)}, DType::kF32}, zero.data(), true);
+    interp_->make_gradient(b.flat);  // into the comm/gradient region, out of DTE's reach
+    figures_->bucket_bytes += b.numel * sizeof(float);
+    for (size_t k : b.params) {
+      params_[k].meta()->grad_ready = [this, &b](AutogradMeta&) {
+        if (++b.ready == b.params.size()) launch(b);
+      };
+    }
+  }
+  figures_->buckets = static_cast<int>(buckets_.size());
+  return interp_->sync();
+}
+
+void DataParallel::launch(Bucket& b) {
+  TensorList in{b.flat};
+  for (size_t k : b.params) {
+    Tensor& p = params_[k];
+    if (!p.grad().defined()) {  // no gradient reached it this iteration: it counts as zeros
+      std::vector<float> zero(static_cast<size_t>(p.numel()), 0.f);
+      p.set_grad(interp_->put(p.desc(), zero.data()));
+      interp_->make_gradient(p.grad());
+    }
+    in.push_back(p.grad());
+  }
+  interp_->apply(std::make_shared<BucketReduceOp>(comm_, b.state), in);
+  b.launched = true;
+}
+
+void DataParallel::finish() {
+  for (auto& b : buckets_) {
+    if (!b->launched) launch(*b);
+  }
+  for (auto& bp : buckets_) {
+    Bucket& b = *bp;
+    TensorList in{b.flat};
+    for (size_t k : b.params) in.push_back(params_[k].grad());
+    interp_->apply(std::make_shared<BucketWaitOp>(comm_, b.state), in);
+    b.ready = 0;
+    b.launched = false;
+  }
+}
+
+absl::StatusOr<DataParallelFigures> DataParallel::figures() {
+  MTC_RETURN_IF_ERROR(interp_->sync());
+  return *figures_;
+}
+
+}  // namespace mtc::dist

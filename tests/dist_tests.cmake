@@ -1,0 +1,29 @@
+# The runtime's multi-rank tests (included from tests/CMakeLists.txt): the collective ops,
+# synchronised batch norm and DataParallel (dist_mpitest, under mpirun with 1, 2, 4 and 8
+# ranks), data-parallel training against one rank (dp_equivalence.sh) and a rank's failure
+# stopping the job (dp_failure.sh). world_test reads launch/'s world.cc.
+if(TARGET world_test)
+  target_link_libraries(world_test PRIVATE mtc_cli)
+endif()
+if(NOT MTC_HAVE_MPI)
+  message(STATUS "  multi-rank tests: skipped (no MPI)")
+  return()
+endif()
+set(MTC_MPI_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+if(MTC_SANITIZE)
+  # Open MPI keeps some of its allocations until exit; LeakSanitizer would report them.
+  list(APPEND MTC_MPI_ENV "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1")
+endif()
+add_executable(dist_mpitest dist_mpitest.cc)
+target_include_directories(dist_mpitest PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(dist_mpitest PRIVATE mtc GTest::gtest MPI::MPI_CXX)
+foreach(np 1 2 4 8)
+  add_test(NAME dist_mpitest_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:dist_mpitest>)
+  set_tests_properties(dist_mpitest_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 300)
+endforeach()
+foreach(script dp_equivalence dp_failure)
+  add_test(NAME ${script} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/${script}.sh $<TARGET_FILE:mtc-train>
+                                  ${MPIEXEC_EXECUTABLE})
+  set_tests_properties(${script} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
+endforeach()
