@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-# The PyTorch peer of mtc-train: the same CIFAR ResNet-(6n+2), optimiser, loss and
-# synthetic data, timed the same way, ending with the same `summary ...` line, so
-# resnet_cpu_vs_torch.sh can compare the two. Runs under Debian's python3-torch
-# (/usr/bin/python3). Exit status 2 on bad flags.
+# The PyTorch peer of mtc-train: the same CIFAR ResNet-(6n+2) or ResNet-50 (torchvision's
+# layout), optimiser, loss and synthetic data, timed the same way, ending with the same
+# `summary ...` line, so resnet_cpu_vs_torch.sh and resnet50_gpu.sh can compare the two.
+# Runs under Debian's python3-torch (/usr/bin/python3) on the CPU, or on a GPU with
+# --device cuda (fp32: TF32 off for cuDNN and matmuls, as mtc computes in fp32; the peak is
+# torch.cuda.max_memory_allocated). Exit status 2 on bad flags.
 import argparse
 import resource
 import sys
@@ -32,6 +34,52 @@ class BasicBlock(nn.Module):
         y = F.relu(self.bn1(self.conv1(x)))
         y = self.bn2(self.conv2(y))
         return F.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class Bottleneck(nn.Module):
+    """torchvision's ResNet v1.5 bottleneck: 1x1, 3x3 (stride here), 1x1 (x4), each with BN;
+    shortcut 1x1 conv (stride) + BN when the shape changes; ReLU after the sum."""
+
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * 4
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return F.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet50(nn.Module):
+    """torchvision's resnet50: conv7x7/2 3->64, BN, ReLU, maxpool 3x3/2; stages of 3, 4, 6, 3
+    bottlenecks (widths 64..512, stride 2 from stage 2); global average pool; Linear."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        blocks, cin = [], 64
+        for stage, (count, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
+            for i in range(count):
+                blocks.append(Bottleneck(cin, width, 2 if stage > 0 and i == 0 else 1))
+                cin = width * 4
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(2048, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        x = self.blocks(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
 class CifarResNet(nn.Module):
@@ -66,8 +114,10 @@ def resnet_depth(model):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="PyTorch peer of mtc-train: CIFAR ResNet on synthetic data")
-    p.add_argument("--model", default="resnet56", help="resnet(6n+2): resnet20, resnet32, resnet56, ...")
+    p = argparse.ArgumentParser(description="PyTorch peer of mtc-train: CIFAR ResNet or ResNet-50 on synthetic data")
+    p.add_argument("--model", default="resnet56", help="resnet(6n+2): resnet20, resnet32, resnet56, ...; or resnet50")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--image_size", type=int, default=224, help="resnet50's input size")
     p.add_argument("--batch", type=int, default=64, help="samples per iteration")
     p.add_argument("--iterations", type=int, default=20, help="timed iterations")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations before them")
@@ -76,9 +126,11 @@ def parse_args(argv):
     p.add_argument("--data", default="synthetic", choices=["synthetic"])
     p.add_argument("--lr", type=float, default=0.1)
     a = p.parse_args(argv)  # exits with status 2 on a malformed flag
-    n = resnet_depth(a.model)
+    n = 0 if a.model == "resnet50" else resnet_depth(a.model)
     if n is None:
-        p.error(f"--model {a.model}: expected resnet(6n+2), e.g. resnet20 or resnet56")
+        p.error(f"--model {a.model}: expected resnet50 or resnet(6n+2), e.g. resnet20 or resnet56")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no GPU")
     for name in ("batch", "iterations", "threads"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(a, name)}")
@@ -94,12 +146,17 @@ def main(argv):
     torch.set_num_interop_threads(1)
     torch.manual_seed(a.seed)
 
-    model = CifarResNet(n)
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    model = (ResNet50() if a.model == "resnet50" else CifarResNet(n)).to(dev)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
     # Synthetic data: N(0, 1) images and uniform labels, made before the clock starts; a
     # few distinct batches in turn so that no step sees the previous step's batch.
-    batches = [(torch.randn(a.batch, 3, 32, 32), torch.randint(0, 10, (a.batch,)))
+    side = a.image_size if a.model == "resnet50" else 32
+    batches = [(torch.randn(a.batch, 3, side, side, device=dev), torch.randint(0, 10, (a.batch,), device=dev))
                for _ in range(min(4, a.warmup + a.iterations))]
 
     def step(i):
@@ -122,6 +179,8 @@ def main(argv):
     # upper bound: parameters, optimiser state, data, activations and malloc's caching).
     rss_end = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak = (rss_end - rss_start) * 1024
+    if a.device == "cuda":  # the caching allocator's own count: live tensors at their peak
+        peak = torch.cuda.max_memory_allocated()
     print(f"torch {torch.__version__}: {a.model} ({sum(p.numel() for p in model.parameters())} "
           f"parameters), {torch.get_num_threads()} threads, oneDNN "
           f"{'on' if torch.backends.mkldnn.is_available() else 'off'}, peak RSS {rss_end / 1024:.0f} MiB",

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "alloc/region.h"
 #include "op_def.h"
@@ -44,6 +46,18 @@ class Device {
   // on_worker_start: called on the interpreter's worker thread before its first command
   // (binds the GPU, sets the CPU thread count).
   virtual void on_worker_start() {}
+
+  // Op timing on a device whose kernels run asynchronously (CUDA): a kernel returns once
+  // its work is enqueued, so the host clock around it measures only the launch. The
+  // executor then brackets each op with start_timer() / stop_timer(id) (events on the
+  // stream) and later collects the finished ones, without synchronising per op. Host
+  // devices run kernels synchronously and keep the defaults (host clock).
+  virtual bool async_kernels() const { return false; }
+  virtual uint64_t start_timer() { return 0; }
+  virtual void stop_timer(uint64_t id) {}
+  // collect_timers: appends (id, microseconds) for every timed op that has finished, in
+  // issue order; with `wait`, waits for all of them.
+  virtual void collect_timers(bool wait, std::vector<std::pair<uint64_t, double>>& done) {}
   virtual std::string describe() const = 0;
 
  protected:

@@ -506,7 +506,7 @@ absl::Status Executor::recompute(TensorRecord& r) {
     out_views.push_back(TensorView{device_.compute_ptr(*b), d});
   }
   double us = 0;
-  absl::Status s = run(*path, in_views, out_views, /*recomputing=*/true, &us);
+  absl::Status s = run(path, in_views, out_views, /*recomputing=*/true, &us);
   if (!s.ok()) {
     free_blocks();
     return s;
@@ -534,9 +534,9 @@ absl::Status Executor::recompute(TensorRecord& r) {
   return absl::OkStatus();
 }
 
-absl::Status Executor::run(const ComputePath& path, std::span<const TensorView> ins,
+absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<const TensorView> ins,
                            std::span<const TensorView> outs, bool recomputing, double* us) {
-  const OpDef& op = *path.op;
+  const OpDef& op = *path->op;
   if (simulate_) {  // the recorded time, and the recorded scratch held meanwhile
     *us = std::max(0.0, op.recorded_us());
     ScratchContext ctx(*this, op, recomputing);
@@ -549,11 +549,36 @@ absl::Status Executor::run(const ComputePath& path, std::span<const TensorView> 
                                                  device_type_name(device_.type())));
   }
   ScratchContext ctx(*this, op, recomputing);
+  if (device_.async_kernels()) {
+    collect_timers(/*wait=*/false);
+    const uint64_t timer = device_.start_timer();
+    absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
+    device_.stop_timer(timer);
+    if (timer != 0) pending_timers_[timer] = PendingTimer{path, recomputing};  // 0: untimed
+    *us = 0;
+    last_scratch_.assign(ctx.sizes().begin(), ctx.sizes().end());
+    return s;
+  }
   const auto t0 = Clock::now();
   absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
   *us = us_since(t0);
   last_scratch_.assign(ctx.sizes().begin(), ctx.sizes().end());
   return s;
+}
+
+// collect_timers: the asynchronous device's finished op timings become their paths'
+// compute_us (what DTE's cost reads) and the stats' compute and recompute times.
+void Executor::collect_timers(bool wait) {
+  if (pending_timers_.empty()) return;
+  timers_done_.clear();
+  device_.collect_timers(wait, timers_done_);
+  for (const auto& [id, us] : timers_done_) {
+    auto it = pending_timers_.find(id);
+    if (it == pending_timers_.end()) continue;
+    if (std::shared_ptr<ComputePath> p = it->second.path.lock(); p && !opts_.reproducible) p->compute_us = us;
+    (it->second.recompute ? stats_.recompute_us : stats_.compute_us) += us;
+    pending_timers_.erase(it);
+  }
 }
 
 // ---- commands ----
@@ -636,7 +661,7 @@ absl::Status Executor::execute(ApplyOp& c) {
     }
   }
   double us = 0;
-  if (absl::Status s = run(*path, in_views, out_views, /*recomputing=*/false, &us); !s.ok()) {
+  if (absl::Status s = run(path, in_views, out_views, /*recomputing=*/false, &us); !s.ok()) {
     free_outputs();
     return absl::Status(s.code(), absl::StrCat(context(), ": ", s.message()));
   }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "alloc/tma.h"
 #include "commands.h"
@@ -70,7 +71,12 @@ class Executor {
   Device& device() { return device_; }
   const absl::node_hash_map<uint64_t, TensorRecord>& records() const { return records_; }
   uint64_t op_clock() const { return op_clock_; }
-  const EvictStats& evict_stats() const { return stats_; }
+  // evict_stats: DTE's totals; on an asynchronous device it first waits for the op
+  // timings still in flight, so compute and recompute times are complete.
+  const EvictStats& evict_stats() {
+    collect_timers(/*wait=*/true);
+    return stats_;
+  }
   const EvictOptions& evict_options() const { return opts_; }
   size_t budget() const;  // m*, bytes
 
@@ -89,8 +95,10 @@ class Executor {
   absl::Status ensure_resident(TensorRecord& r);
   absl::Status make_resident(std::span<TensorRecord* const> ins, Pins& pins);  // Note [Regeneration order]
   absl::Status recompute(TensorRecord& r);
-  // run: executes path's op on resident inputs into `outs`, timing it.
-  absl::Status run(const ComputePath& path, std::span<const TensorView> ins,
+  // run: executes path's op on resident inputs into `outs`, timing it: *us is the host
+  // time; on an asynchronous device it is 0, and the op's time reaches path->compute_us
+  // and the stats when its timer is collected.
+  absl::Status run(const std::shared_ptr<ComputePath>& path, std::span<const TensorView> ins,
                    std::span<const TensorView> outs, bool recomputing, double* us);
   bool evict_one(bool fragmented);
   bool droppable(const TensorRecord& r) const;
@@ -136,6 +144,15 @@ class Executor {
   static constexpr uint64_t kSnapshotIdBase = uint64_t{1} << 62;  // above any handle's id
   uint64_t next_snapshot_ = 0;
   EvictStats stats_;
+  // Op timings in flight on an asynchronous device (Device::start_timer): the compute
+  // path whose compute_us they set, and whether the run was a recompute.
+  struct PendingTimer {
+    std::weak_ptr<ComputePath> path;
+    bool recompute = false;
+  };
+  absl::flat_hash_map<uint64_t, PendingTimer> pending_timers_;
+  std::vector<std::pair<uint64_t, double>> timers_done_;
+  void collect_timers(bool wait);
   std::multimap<size_t, std::unique_ptr<std::byte[]>> host_pool_;  // Note in take_host_buffer
   size_t host_pool_bytes_ = 0;
   absl::InlinedVector<size_t, 2> last_scratch_;  // the scratch requests of the last kernel run

@@ -169,6 +169,19 @@ absl::StatusOr<TensorList> AllToAllOp::backward(const BackwardArgs& a) const {
   return TensorList{all_to_all(g, recv_rows, send_rows, comm)};
 }
 
+void AllToAllOp::element_counts(const TensorView& x, const TensorView& y, std::vector<size_t>& send,
+                                std::vector<size_t>& recv) const {
+  // Every row has the same number of elements; x or y may have no rows at all.
+  const int64_t row = x.shape()[0] > 0 ? x.numel() / x.shape()[0] : y.shape()[0] > 0 ? y.numel() / y.shape()[0] : 0;
+  const size_t p = send_rows.size();
+  send.resize(p);
+  recv.resize(p);
+  for (size_t r = 0; r < p; ++r) {
+    send[r] = static_cast<size_t>(send_rows[r] * row);
+    recv[r] = static_cast<size_t>(recv_rows[r] * row);
+  }
+}
+
 std::string AllToAllOp::attrs() const {
   if (send_rows.empty()) return CollectiveOp::attrs();
   return absl::StrCat("send=[", absl::StrJoin(send_rows, ","), "] recv=[", absl::StrJoin(recv_rows, ","), "] ",

@@ -70,6 +70,10 @@ struct AllToAllOp final : CollectiveOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
+  // element_counts: the uneven exchange in elements per rank (rows times the elements of
+  // one row of x or y), for Communicator::all_to_all_v.
+  void element_counts(const TensorView& x, const TensorView& y, std::vector<size_t>& send,
+                      std::vector<size_t>& recv) const;
   std::vector<int64_t> send_rows, recv_rows;
 };
 

@@ -36,6 +36,20 @@ absl::StatusOr<TensorList> ReduceSumOp::backward(const BackwardArgs& a) const {
   return TensorList{expand(g, xs)};
 }
 
+ReduceSumOp::Runs ReduceSumOp::runs(const Shape& x) const {
+  Runs r;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] == 1) continue;  // changes nothing
+    if (!r.reduced.empty() && r.reduced.back() == reduce[i]) {
+      r.sizes.back() *= x[i];
+    } else {
+      r.sizes.push_back(x[i]);
+      r.reduced.push_back(reduce[i]);
+    }
+  }
+  return r;
+}
+
 std::string ReduceSumOp::attrs() const {
   std::vector<int> dims;
   for (size_t i = 0; i < reduce.size(); ++i) if (reduce[i]) dims.push_back(static_cast<int>(i));

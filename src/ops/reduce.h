@@ -17,6 +17,13 @@ struct ReduceSumOp final : OpDef {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
+  // Runs: x's dims with size-1 dims dropped and neighbours of the same kind (reduced or
+  // kept) merged, outermost first: what the kernels loop over.
+  struct Runs {
+    std::vector<int64_t> sizes;
+    std::vector<bool> reduced;
+  };
+  Runs runs(const Shape& x) const;
   std::vector<bool> reduce;
   Shape out_shape;
   float scale;

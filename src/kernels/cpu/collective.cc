@@ -51,15 +51,8 @@ absl::Status all_to_all(const dist::AllToAllOp& op, const KernelArgs& a) {
   if (op.send_rows.empty()) {
     return op.comm->all_to_all(a.in[0].data, a.out[0].data, a.in[0].numel() / p, t)->wait();
   }
-  // Rows to elements: every row has the same number of elements.
-  const int64_t row = a.in[0].shape()[0] > 0 ? a.in[0].numel() / a.in[0].shape()[0]
-                      : a.out[0].shape()[0] > 0 ? a.out[0].numel() / a.out[0].shape()[0]
-                                                : 0;
-  std::vector<size_t> send(p), recv(p);
-  for (int r = 0; r < p; ++r) {
-    send[r] = static_cast<size_t>(op.send_rows[r] * row);
-    recv[r] = static_cast<size_t>(op.recv_rows[r] * row);
-  }
+  std::vector<size_t> send, recv;
+  op.element_counts(a.in[0], a.out[0], send, recv);
   return op.comm->all_to_all_v(a.in[0].data, send, a.out[0].data, recv, t)->wait();
 }
 

@@ -14,18 +14,7 @@ absl::Status reduce_sum(const ReduceSumOp& op, const KernelArgs& a) {
   const float* x = a.in[0].f32();
   float* y = a.out[0].f32();
   const Shape& xs = a.in[0].shape();
-  // Collapse adjacent dims with the same flag; drop size-1 dims (they change nothing).
-  std::vector<int64_t> sizes;
-  std::vector<bool> red;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i] == 1) continue;
-    if (!red.empty() && red.back() == op.reduce[i]) {
-      sizes.back() *= xs[i];
-    } else {
-      sizes.push_back(xs[i]);
-      red.push_back(op.reduce[i]);
-    }
-  }
+  auto [sizes, red] = op.runs(xs);
   const int64_t n_out = a.out[0].numel();
   if (a.in[0].numel() == 0) {
     for (int64_t i = 0; i < n_out; ++i) y[i] = 0.f;

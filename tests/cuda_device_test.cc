@@ -1,0 +1,161 @@
+// The CUDA backend as a whole (src/kernels/cuda/cuda_device.cc): every op with a CPU
+// kernel has a CUDA kernel (checked in every build with the backend, GPU or not); without
+// a GPU, asking for one is a clear error; with one: the arena is one allocation, copies
+// round-trip exactly through the pinned staging buffer, an op without a CUDA kernel is an
+// error naming it, op times come from CUDA events, and CIFAR ResNet-56 trains with the
+// CPU's losses over 20 iterations.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "cuda_check.h"
+#include "device.h"
+#include "gtest/gtest.h"
+#include "mtc/interpreter.h"
+#include "mtc/models.h"
+#include "mtc/ops.h"
+#include "mtc/optim.h"
+#include "mtc/runtime.h"
+#include "op_def.h"
+
+namespace mtc {
+namespace {
+
+TEST(CudaRegistry, EveryOpWithACpuKernelHasACudaKernel) {
+#ifndef MTC_HAVE_CUDA
+  GTEST_SKIP() << "built without the CUDA backend (no nvcc or cuDNN at configure time)";
+#else
+  std::vector<std::string> missing;
+  int both = 0;
+  for (const OpSchema* s : all_op_schemas()) {
+    // Ops that tests define for themselves (this file's test_cpu_only) are CPU-only on purpose.
+    if (s->kernels[static_cast<int>(DeviceType::kCPU)] == nullptr || std::string_view(s->name).starts_with("test_")) {
+      continue;
+    }
+    if (s->kernels[static_cast<int>(DeviceType::kCUDA)] == nullptr) {
+      missing.push_back(s->name);
+    } else {
+      ++both;
+    }
+  }
+  std::printf("  %d ops have CPU and CUDA kernels\n", both);
+  EXPECT_TRUE(missing.empty()) << "ops without a CUDA kernel: " << absl::StrJoin(missing, ", ");
+#endif
+}
+
+TEST(CudaDevice, WithoutAGpuAskingForOneIsAClearError) {
+  if (visible_gpus() > 0) GTEST_SKIP() << "a GPU is visible";
+  RuntimeOptions o;
+  o.device = "cuda";
+  auto rt = Runtime::create(o);
+  ASSERT_FALSE(rt.ok());
+#ifdef MTC_HAVE_CUDA
+  EXPECT_NE(rt.status().message().find("no GPU is visible"), std::string::npos) << rt.status();
+#else
+  EXPECT_NE(rt.status().message().find("no CUDA backend"), std::string::npos) << rt.status();
+#endif
+}
+
+// CpuOnlyOp: an op with a CPU kernel and none for CUDA.
+struct CpuOnlyOp final : OpDef {
+  MTC_OP_SCHEMA("test_cpu_only")
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override {
+    out.push_back(in[0]);
+    return absl::OkStatus();
+  }
+};
+absl::Status cpu_only(const CpuOnlyOp&, const KernelArgs&) { return absl::OkStatus(); }
+MTC_REGISTER_KERNEL(CpuOnlyOp, DeviceType::kCPU, cpu_only);
+
+TEST(CudaDevice, AnOpWithoutACudaKernelIsAnErrorNamingIt) {
+  MTC_SKIP_WITHOUT_GPU();
+  auto rt = cuda_check::make_runtime("cuda");
+  ASSERT_NE(rt, nullptr);
+  Tensor x = from_vector({4}, std::vector<float>{1, 2, 3, 4});
+  Tensor y = rt->interpreter().apply(std::make_shared<CpuOnlyOp>(), std::vector<Tensor>{x})[0];
+  absl::Status s = rt->interpreter().sync();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("test_cpu_only has no kernel for device cuda"), std::string::npos) << s;
+}
+
+TEST(CudaDevice, ArenaIsOneAllocationAndCopiesRoundTrip) {
+  MTC_SKIP_WITHOUT_GPU();
+  RuntimeOptions o;
+  o.device = "cuda";
+  o.memory_bytes = size_t{256} << 20;
+  o.comm_bytes = size_t{16} << 20;
+  auto rt = Runtime::create(o);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  auto m = (*rt)->interpreter().memory_stats();
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->comm.capacity, size_t{16} << 20);
+  EXPECT_EQ(m->compute.capacity, size_t{240} << 20);
+  // 20 MiB: more than the two 8 MiB staging halves, so the chunked path runs.
+  std::vector<float> v(5 << 20);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 100003) * 0.5f - 7.f;
+  Tensor t = from_vector({static_cast<int64_t>(v.size())}, v);
+  auto back = scale(t, 1.f).to_vector();
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, v);
+}
+
+TEST(CudaDevice, OpTimesComeFromEvents) {
+  MTC_SKIP_WITHOUT_GPU();
+  auto rt = cuda_check::make_runtime("cuda");
+  ASSERT_NE(rt, nullptr);
+  Tensor a = from_vector({512, 512}, std::vector<float>(512 * 512, 1.f));
+  Tensor b = a;
+  for (int i = 0; i < 20; ++i) b = matmul(b, a);
+  ASSERT_TRUE(rt->interpreter().sync().ok());
+  auto st = rt->interpreter().evict_stats();
+  ASSERT_TRUE(st.ok());
+  // 20 GEMMs of 2 * 512^3 flops: at least a few microseconds each on any GPU.
+  EXPECT_GT(st->compute_us, 20.0);
+  std::printf("  20 matmuls of 512x512: %.1f us by CUDA events\n", st->compute_us);
+}
+
+// losses: CIFAR ResNet-56 on `device`, 20 iterations of SGD on synthetic batches.
+std::vector<float> resnet56_losses(const char* device) {
+  RuntimeOptions o;
+  o.device = device;
+  o.memory_bytes = size_t{2} << 30;
+  o.num_threads = 2;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status();
+  if (!rt.ok()) return {};
+  auto m = models::make_model("resnet56");
+  auto opt = optim::Sgd::create(m->net->parameters(), {.lr = 0.002f, .momentum = 0.9f, .weight_decay = 5e-4f});
+  data::SyntheticData src(m->sample_shape, 10, 7);
+  std::vector<float> losses;
+  for (int it = 0; it < 20; ++it) {
+    auto loss = models::train_step(*m->net, **opt, data::to_device(src.batch_at(it, 32)));
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    auto l = loss.ok() ? loss->item() : absl::StatusOr<float>(loss.status());
+    EXPECT_TRUE(l.ok()) << l.status();
+    if (!l.ok()) break;
+    losses.push_back(*l);
+  }
+  return losses;
+}
+
+// The GPU sums in other orders than the CPU; SGD on random labels amplifies such
+// differences (docs/data-parallel.md measured it), so a small learning rate, and a
+// relative tolerance of 1e-3 per loss.
+TEST(CudaTraining, ResNet56LossesMatchTheCpu) {
+  MTC_SKIP_WITHOUT_GPU();
+  const std::vector<float> cpu = resnet56_losses("cpu");
+  const std::vector<float> gpu = resnet56_losses("cuda");
+  ASSERT_EQ(cpu.size(), 20u);
+  ASSERT_EQ(gpu.size(), 20u);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double r = std::fabs(gpu[i] - cpu[i]) / std::fabs(cpu[i]);
+    std::printf("  iteration %2zu: cpu %.6f cuda %.6f relative %.2e\n", i + 1, cpu[i], gpu[i], r);
+    EXPECT_LE(r, 1e-3) << "iteration " << i + 1;
+  }
+}
+
+}  // namespace
+}  // namespace mtc
