@@ -335,7 +335,9 @@ std::vector<RankMemory> gather_memory(const MemoryStats& m, const dist::CommPtr&
     }
   }
   std::vector<RankMemory> r;
-  for (size_t i = 0; i + 5 < all.size(); i += 6) r.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5]});
+  for (size_t i = 0; i + 5 < all.size(); i += 6) {
+    r.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5]});
+  }
   return r;
 }
 

@@ -15,17 +15,22 @@ namespace mtc::dist {
 
 comm::ReduceOp to_comm(Reduce r) {
   switch (r) {
-    case Reduce::kSum: return comm::ReduceOp::kSum;
-    case Reduce::kAvg: return comm::ReduceOp::kAvg;
-    case Reduce::kMax: return comm::ReduceOp::kMax;
+    case Reduce::kSum:
+      return comm::ReduceOp::kSum;
+    case Reduce::kAvg:
+      return comm::ReduceOp::kAvg;
+    case Reduce::kMax:
+      return comm::ReduceOp::kMax;
   }
   return comm::ReduceOp::kSum;
 }
 
 absl::StatusOr<comm::DataType> to_comm(DType t) {
   switch (t) {
-    case DType::kF32: return comm::DataType::kF32;
-    case DType::kI32: return comm::DataType::kI32;
+    case DType::kF32:
+      return comm::DataType::kF32;
+    case DType::kI32:
+      return comm::DataType::kI32;
   }
   return absl::InvalidArgumentError(absl::StrCat("no collective for dtype ", dtype_name(t)));
 }
@@ -35,7 +40,8 @@ namespace {
 const char* reduce_name(Reduce r) { return comm::reduce_op_name(to_comm(r)); }
 
 absl::Status expect_inputs(std::span<const TensorDesc> in, size_t n) {
-  if (in.size() != n) return absl::InvalidArgumentError(absl::StrCat("expected ", n, " input(s), got ", in.size()));
+  if (in.size() != n)
+    return absl::InvalidArgumentError(absl::StrCat("expected ", n, " input(s), got ", in.size()));
   return absl::OkStatus();
 }
 
@@ -88,12 +94,12 @@ absl::StatusOr<TensorList> AllReduceOp::backward(const BackwardArgs& a) const {
   return TensorList{call1(std::make_shared<MaxGradMaskOp>(), {a.inputs[0], a.outputs[0], summed})};
 }
 
-
 // ---- all_gather ----
 absl::Status AllGatherOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
   MTC_RETURN_IF_ERROR(expect_inputs(in, 1));
   MTC_RETURN_IF_ERROR(to_comm(in[0].dtype).status());
-  if (in[0].shape.empty()) return absl::InvalidArgumentError(absl::StrCat("x is ", in[0].str(), ", expected a dim 0"));
+  if (in[0].shape.empty())
+    return absl::InvalidArgumentError(absl::StrCat("x is ", in[0].str(), ", expected a dim 0"));
   TensorDesc y = in[0];
   y.shape[0] *= comm->world_size();
   out.push_back(std::move(y));
@@ -123,14 +129,16 @@ absl::StatusOr<TensorList> ReduceScatterOp::backward(const BackwardArgs& a) cons
   if (!g.defined()) return TensorList(1);
   Tensor gathered = all_gather(g, comm);
   switch (reduce) {
-    case Reduce::kSum: return TensorList{gathered};
-    case Reduce::kAvg: return TensorList{scale(gathered, 1.f / comm->world_size())};
-    case Reduce::kMax: break;
+    case Reduce::kSum:
+      return TensorList{gathered};
+    case Reduce::kAvg:
+      return TensorList{scale(gathered, 1.f / comm->world_size())};
+    case Reduce::kMax:
+      break;
   }
   return TensorList{
       call1(std::make_shared<MaxGradMaskOp>(), {a.inputs[0], all_gather(a.outputs[0], comm), gathered})};
 }
-
 
 // ---- all_to_all ----
 absl::Status AllToAllOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
@@ -143,17 +151,23 @@ absl::Status AllToAllOp::infer(std::span<const TensorDesc> in, std::vector<Tenso
     return absl::OkStatus();
   }
   if (static_cast<int>(send_rows.size()) != p || static_cast<int>(recv_rows.size()) != p) {
-    return absl::InvalidArgumentError(absl::StrCat("send_rows has ", send_rows.size(), " entries and recv_rows ",
-                                                   recv_rows.size(), ", expected one per rank (", p, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("send_rows has ", send_rows.size(),
+                                                   " entries and recv_rows ", recv_rows.size(),
+                                                   ", expected one per rank (", p, ")"));
   }
   for (int64_t v : send_rows)
-    if (v < 0) return absl::InvalidArgumentError(absl::StrCat("send_rows [", absl::StrJoin(send_rows, ","), "] has a negative count"));
+    if (v < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("send_rows [", absl::StrJoin(send_rows, ","), "] has a negative count"));
   for (int64_t v : recv_rows)
-    if (v < 0) return absl::InvalidArgumentError(absl::StrCat("recv_rows [", absl::StrJoin(recv_rows, ","), "] has a negative count"));
+    if (v < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("recv_rows [", absl::StrJoin(recv_rows, ","), "] has a negative count"));
   const int64_t sent = std::accumulate(send_rows.begin(), send_rows.end(), int64_t{0});
   if (in[0].shape.empty() || in[0].shape[0] != sent) {
     return absl::InvalidArgumentError(absl::StrCat("x is ", in[0].str(), ", expected ", sent,
-                                                   " rows (the sum of send_rows [", absl::StrJoin(send_rows, ","), "])"));
+                                                   " rows (the sum of send_rows [",
+                                                   absl::StrJoin(send_rows, ","), "])"));
   }
   TensorDesc y = in[0];
   y.shape[0] = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0});
@@ -172,7 +186,9 @@ absl::StatusOr<TensorList> AllToAllOp::backward(const BackwardArgs& a) const {
 void AllToAllOp::element_counts(const TensorView& x, const TensorView& y, std::vector<size_t>& send,
                                 std::vector<size_t>& recv) const {
   // Every row has the same number of elements; x or y may have no rows at all.
-  const int64_t row = x.shape()[0] > 0 ? x.numel() / x.shape()[0] : y.shape()[0] > 0 ? y.numel() / y.shape()[0] : 0;
+  const int64_t row = x.shape()[0] > 0   ? x.numel() / x.shape()[0]
+                      : y.shape()[0] > 0 ? y.numel() / y.shape()[0]
+                                         : 0;
   const size_t p = send_rows.size();
   send.resize(p);
   recv.resize(p);
@@ -184,8 +200,8 @@ void AllToAllOp::element_counts(const TensorView& x, const TensorView& y, std::v
 
 std::string AllToAllOp::attrs() const {
   if (send_rows.empty()) return CollectiveOp::attrs();
-  return absl::StrCat("send=[", absl::StrJoin(send_rows, ","), "] recv=[", absl::StrJoin(recv_rows, ","), "] ",
-                      CollectiveOp::attrs());
+  return absl::StrCat("send=[", absl::StrJoin(send_rows, ","), "] recv=[", absl::StrJoin(recv_rows, ","),
+                      "] ", CollectiveOp::attrs());
 }
 
 // ---- broadcast ----
@@ -224,7 +240,9 @@ absl::Status BroadcastInPlaceOp::infer(std::span<const TensorDesc> in, std::vect
   return check_root(root, comm->world_size());
 }
 
-std::string BroadcastInPlaceOp::attrs() const { return absl::StrCat("root=", root, " ", CollectiveOp::attrs()); }
+std::string BroadcastInPlaceOp::attrs() const {
+  return absl::StrCat("root=", root, " ", CollectiveOp::attrs());
+}
 
 absl::Status BarrierOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>&) const {
   return expect_inputs(in, 0);
@@ -234,7 +252,8 @@ absl::Status MaxGradMaskOp::infer(std::span<const TensorDesc> in, std::vector<Te
   MTC_RETURN_IF_ERROR(expect_inputs(in, 3));
   for (int i = 1; i < 3; ++i) {
     if (in[i] != in[0] || in[0].dtype != DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat("inputs ", in[0].str(), ", ", in[1].str(), ", ", in[2].str(),
+      return absl::InvalidArgumentError(absl::StrCat("inputs ", in[0].str(), ", ", in[1].str(), ", ",
+                                                     in[2].str(),
                                                      ": expected three f32 tensors of one shape"));
     }
   }

@@ -14,13 +14,15 @@ namespace {
 
 absl::Status expect_x(const TensorDesc& x) {
   if (x.dtype != DType::kF32 || x.shape.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("x is ", x.str(), ", expected f32 (N, C, ...) with at least 2 dims"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("x is ", x.str(), ", expected f32 (N, C, ...) with at least 2 dims"));
   }
   return absl::OkStatus();
 }
 
 absl::Status expect_desc(const char* name, const TensorDesc& got, const TensorDesc& want) {
-  if (got != want) return absl::InvalidArgumentError(absl::StrCat(name, " is ", got.str(), ", expected ", want.str()));
+  if (got != want)
+    return absl::InvalidArgumentError(absl::StrCat(name, " is ", got.str(), ", expected ", want.str()));
   return absl::OkStatus();
 }
 
@@ -57,7 +59,8 @@ absl::Status BnStatsBackwardOp::infer(std::span<const TensorDesc> in, std::vecto
 
 absl::Status SyncBatchNormOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
   const size_t n = tracks_running ? 6 : 4;
-  if (in.size() != n) return absl::InvalidArgumentError(absl::StrCat("expected ", n, " inputs, got ", in.size()));
+  if (in.size() != n)
+    return absl::InvalidArgumentError(absl::StrCat("expected ", n, " inputs, got ", in.size()));
   MTC_RETURN_IF_ERROR(expect_x(in[0]));
   const int64_t c = in[0].shape[1];
   MTC_RETURN_IF_ERROR(expect_desc("gamma", in[1], channels(c)));
@@ -68,7 +71,8 @@ absl::Status SyncBatchNormOp::infer(std::span<const TensorDesc> in, std::vector<
     MTC_RETURN_IF_ERROR(expect_desc("running_var", in[5], channels(c)));
   }
   if (!(momentum >= 0.f && momentum <= 1.f) || !(eps > 0.f)) {
-    return absl::InvalidArgumentError(absl::StrFormat("momentum %g must be in [0, 1] and eps %g > 0", momentum, eps));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("momentum %g must be in [0, 1] and eps %g > 0", momentum, eps));
   }
   out.push_back(in[0]);
   out.push_back(channels(c));
@@ -98,7 +102,8 @@ std::string SyncBatchNormOp::attrs() const {
   return absl::StrFormat("momentum=%g eps=%g%s", momentum, eps, tracks_running ? "" : " untracked");
 }
 
-absl::Status SyncBatchNormBackwardOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
+absl::Status SyncBatchNormBackwardOp::infer(std::span<const TensorDesc> in,
+                                            std::vector<TensorDesc>& out) const {
   if (in.size() != 6) return absl::InvalidArgumentError(absl::StrCat("expected 6 inputs, got ", in.size()));
   MTC_RETURN_IF_ERROR(expect_x(in[0]));
   const int64_t c = in[0].shape[1];

@@ -46,7 +46,8 @@ BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum) : eps(eps)
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  if (sync && is_training()) return dist::sync_batch_norm(x, weight, bias, running_mean, running_var, momentum, eps, sync);
+  if (sync && is_training())
+    return dist::sync_batch_norm(x, weight, bias, running_mean, running_var, momentum, eps, sync);
   return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
 }
 

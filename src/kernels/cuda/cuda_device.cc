@@ -29,7 +29,8 @@ constexpr size_t kStagingBytes = size_t{8} << 20;  // each of the two pinned sta
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, std::byte* base, size_t comm, size_t compute) : Device(DeviceType::kCUDA, ordinal, 1) {
+  CudaDevice(int ordinal, std::byte* base, size_t comm, size_t compute)
+      : Device(DeviceType::kCUDA, ordinal, 1) {
     init_regions(base, comm, compute);
   }
 
@@ -134,7 +135,8 @@ class CudaDevice final : public Device {
     return t.id;
   }
   void stop_timer(uint64_t id) override {
-    if (id != 0 && !running_.empty() && running_.back().id == id) cudaEventRecord(running_.back().stop, compute_stream_);
+    if (id != 0 && !running_.empty() && running_.back().id == id)
+      cudaEventRecord(running_.back().stop, compute_stream_);
   }
   void collect_timers(bool wait, std::vector<std::pair<uint64_t, double>>& done) override {
     while (!running_.empty()) {
@@ -197,8 +199,8 @@ class CudaDevice final : public Device {
 };
 
 CudaDevice& cuda_device(KernelContext& ctx) {
-  MTC_CHECK(ctx.device().type() == DeviceType::kCUDA, "a CUDA kernel on a ", device_type_name(ctx.device().type()),
-            " device");
+  MTC_CHECK(ctx.device().type() == DeviceType::kCUDA, "a CUDA kernel on a ",
+            device_type_name(ctx.device().type()), " device");
   return static_cast<CudaDevice&>(ctx.device());
 }
 
@@ -228,15 +230,15 @@ absl::StatusOr<std::shared_ptr<Device>> make_cuda_device(const DeviceOptions& o)
   comm = comm / alloc::kAlignment * alloc::kAlignment;
   if (total <= comm) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "memory size %d bytes leaves nothing for the compute region after the comm region's %d", total, comm));
+        "memory size %d bytes leaves nothing for the compute region after the comm region's %d", total,
+        comm));
   }
   void* p = nullptr;
   if (cudaMalloc(&p, total) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error state of the failed allocation
-    return absl::ResourceExhaustedError(absl::StrFormat("cannot take a %s arena on cuda:%d (%s free of %s)",
-                                                        alloc::format_bytes(total), o.ordinal,
-                                                        alloc::format_bytes(free_bytes),
-                                                        alloc::format_bytes(total_bytes)));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot take a %s arena on cuda:%d (%s free of %s)", alloc::format_bytes(total),
+                        o.ordinal, alloc::format_bytes(free_bytes), alloc::format_bytes(total_bytes)));
   }
   auto d = std::make_shared<CudaDevice>(o.ordinal, static_cast<std::byte*>(p), comm, total - comm);
   MTC_RETURN_IF_ERROR(d->init());
@@ -252,7 +254,8 @@ cublasLtHandle_t cublaslt(KernelContext& ctx) { return cuda_device(ctx).cublaslt
 
 absl::Status status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+  return absl::InternalError(
+      absl::StrCat(what, ": CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
 }
 absl::Status status(cudnnStatus_t s, const char* what) {
   if (s == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
@@ -260,7 +263,8 @@ absl::Status status(cudnnStatus_t s, const char* what) {
 }
 absl::Status status(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(s), ": ", cublasGetStatusString(s)));
+  return absl::InternalError(
+      absl::StrCat(what, ": cuBLAS error ", cublasGetStatusName(s), ": ", cublasGetStatusString(s)));
 }
 
 }  // namespace cuda
