@@ -17,6 +17,17 @@ int64_t numel(const Shape& s) {
   return n;
 }
 
+Shape broadcast_strides(const Shape& in, const Shape& out) {
+  Shape st(out.size(), 0);
+  int64_t stride = 1;
+  for (int i = static_cast<int>(in.size()) - 1; i >= 0; --i) {
+    const int o = i + static_cast<int>(out.size() - in.size());
+    st[o] = in[i] == 1 ? 0 : stride;
+    stride *= in[i];
+  }
+  return st;
+}
+
 std::string shape_str(const Shape& s) { return absl::StrCat("[", absl::StrJoin(s, ","), "]"); }
 std::string TensorDesc::str() const { return absl::StrCat(dtype_name(dtype), shape_str(shape)); }
 

@@ -29,6 +29,9 @@ const char* dtype_name(DType t);     // "f32", "i32"
 using Shape = absl::InlinedVector<int64_t, 6>;
 int64_t numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[64,16,32,32]"
+// broadcast_strides: strides (in elements) for reading a row-major tensor of shape `in`
+// as if it had shape `out` (right-aligned; broadcast dims get stride 0). For kernels.
+Shape broadcast_strides(const Shape& in, const Shape& out);
 
 // TensorDesc: what is known about a tensor without its data.
 struct TensorDesc {

@@ -11,19 +11,6 @@ namespace mtc::cpu {
 // Below this many elements a loop runs on one thread: forking costs more.
 inline constexpr int64_t kParallelGrain = 1 << 15;  // elements
 
-// broadcast_strides: strides (in elements) for reading `in` as if it had shape `out`
-// (right-aligned; broadcast dims get stride 0).
-inline Shape broadcast_strides(const Shape& in, const Shape& out) {
-  Shape st(out.size(), 0);
-  int64_t stride = 1;
-  for (int i = static_cast<int>(in.size()) - 1; i >= 0; --i) {
-    const int o = i + static_cast<int>(out.size() - in.size());
-    st[o] = in[i] == 1 ? 0 : stride;
-    stride *= in[i];
-  }
-  return st;
-}
-
 // for_each_strided: calls f(out_index, a_offset, b_offset) for every element of `out`,
 // row-major, with a and b read through their strides. One thread per outer slice.
 template <typename F>

@@ -16,19 +16,6 @@
 namespace mtc::cuda {
 namespace {
 
-// broadcast_strides: strides (elements) for reading a row-major `in` as if it had shape
-// `out` (right-aligned; broadcast dims get stride 0), as the CPU kernels do.
-Shape broadcast_strides(const Shape& in, const Shape& out) {
-  Shape st(out.size(), 0);
-  int64_t stride = 1;
-  for (int i = static_cast<int>(in.size()) - 1; i >= 0; --i) {
-    const int o = i + static_cast<int>(out.size() - in.size());
-    st[o] = in[i] == 1 ? 0 : stride;
-    stride *= in[i];
-  }
-  return st;
-}
-
 absl::Status too_many_dims(const char* op, const Shape& out) {
   return absl::UnimplementedError(absl::StrCat(op, ": output ", shape_str(out), " keeps more than ",
                                                kMaxStridedDims,
