@@ -95,6 +95,20 @@ absl::StatusOr<TensorList> MatmulOp::backward(const BackwardArgs& g) const {
   return grads;
 }
 
+MatmulOp::Plan MatmulOp::plan(const Shape& a, const Shape& b, const Shape& y) const {
+  Plan p;
+  const size_t nd = y.size();
+  p.m = y[nd - 2];
+  p.n = y[nd - 1];
+  p.k = trans_a ? a[a.size() - 2] : a.back();
+  p.a_batch.assign(a.begin(), a.end() - 2);
+  p.b_batch.assign(b.begin(), b.end() - 2);
+  p.y_batch.assign(y.begin(), y.end() - 2);
+  p.batches = numel(p.y_batch);
+  p.fold = numel(p.b_batch) == 1 && !trans_a && numel(p.a_batch) == p.batches;
+  return p;
+}
+
 std::string MatmulOp::attrs() const {
   return absl::StrCat(trans_a ? "trans_a" : "", trans_a && trans_b ? " " : "", trans_b ? "trans_b" : "");
 }

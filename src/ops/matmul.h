@@ -16,6 +16,15 @@ struct MatmulOp final : OpDef {
   OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   std::string attrs() const override;
+  // Plan: what the kernels read off the shapes of a, b and y: `batches` products of
+  // (m, k) x (k, n), the batch dims of each, and `fold`: one b serves every batch of an
+  // untransposed a, so the batch folds into a's rows and a single GEMM does.
+  struct Plan {
+    int64_t m, n, k, batches;
+    Shape a_batch, b_batch, y_batch;
+    bool fold;
+  };
+  Plan plan(const Shape& a, const Shape& b, const Shape& y) const;
   bool trans_a, trans_b;
 };
 

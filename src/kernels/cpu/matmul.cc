@@ -25,18 +25,12 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, con
 }
 
 absl::Status matmul(const MatmulOp& op, const KernelArgs& args) {
-  const Shape& as = args.in[0].shape();
-  const Shape& bs = args.in[1].shape();
-  const Shape& ys = args.out[0].shape();
-  const size_t nd = ys.size();
-  const int64_t m = ys[nd - 2], n = ys[nd - 1];
-  const int64_t k = op.trans_a ? as[as.size() - 2] : as.back();
+  const auto [m, n, k, batches, ab, bb, yb, fold] =
+      op.plan(args.in[0].shape(), args.in[1].shape(), args.out[0].shape());
   const float* a = args.in[0].f32();
   const float* b = args.in[1].f32();
   float* y = args.out[0].f32();
-  const Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2), yb(ys.begin(), ys.end() - 2);
-  const int64_t batches = numel(yb);
-  if (numel(bb) == 1 && !op.trans_a && numel(ab) == batches) {
+  if (fold) {
     // One b for all: the batch folds into a's rows, a single GEMM.
     gemm(false, op.trans_b, batches * m, n, k, a, b, 0.f, y);
     return absl::OkStatus();

@@ -83,19 +83,6 @@ absl::Status run_gemm(cublasHandle_t h, KernelContext& ctx, const Gemm& g) {
   return absl::OkStatus();
 }
 
-// batch_strides: strides (in matrices) for reading batch dims `in` as if they were `out`
-// (right-aligned; broadcast dims get stride 0), as the CPU kernel reads them.
-Shape batch_strides(const Shape& in, const Shape& out) {
-  Shape st(out.size(), 0);
-  int64_t stride = 1;
-  for (int i = static_cast<int>(in.size()) - 1; i >= 0; --i) {
-    const size_t o = static_cast<size_t>(i) + out.size() - in.size();
-    st[o] = in[i] == 1 ? 0 : stride;
-    stride *= in[i];
-  }
-  return st;
-}
-
 // InnerBatch: output batch dims [split, nd) form one strided batch of `count` products in
 // which a's matrix advances by `a_full` ? 1 : 0 matrices per product (likewise b); the
 // dims before `split` are looped over.
@@ -133,26 +120,21 @@ InnerBatch inner_batch(const Shape& yb, const Shape& sa, const Shape& sb) {
 }
 
 absl::Status matmul(const MatmulOp& op, const KernelArgs& args) {
-  const Shape& as = args.in[0].shape();
-  const Shape& bs = args.in[1].shape();
-  const Shape& ys = args.out[0].shape();
-  const size_t nd = ys.size();
-  const int64_t m = ys[nd - 2], n = ys[nd - 1];
-  const int64_t k = op.trans_a ? as[as.size() - 2] : as.back();
+  const auto [m, n, k, batches, ab, bb, yb, fold] =
+      op.plan(args.in[0].shape(), args.in[1].shape(), args.out[0].shape());
   const float* a = args.in[0].f32();
   const float* b = args.in[1].f32();
   float* y = args.out[0].f32();
-  const Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2), yb(ys.begin(), ys.end() - 2);
-  const int64_t batches = numel(yb);
   if (batches == 0 || m == 0 || n == 0) return absl::OkStatus();
   return with_blas(args.ctx, [&](cublasHandle_t h) -> absl::Status {
-    if (numel(bb) == 1 && !op.trans_a && numel(ab) == batches) {
+    if (fold) {
       // One b for all: the batch folds into a's rows, a single GEMM (as on the CPU).
       return run_gemm(h, args.ctx,
                       Gemm{.ta = false, .tb = op.trans_b, .m = batches * m, .n = n, .k = k, .a = a, .b = b,
                            .c = y});
     }
-    const Shape sa = batch_strides(ab, yb), sb = batch_strides(bb, yb);
+    // Strides in matrices, as the CPU kernel reads the batch dims.
+    const Shape sa = broadcast_strides(ab, yb), sb = broadcast_strides(bb, yb);
     const InnerBatch ib = inner_batch(yb, sa, sb);
     const int64_t a_mat = m * k, b_mat = k * n, y_mat = m * n;
     const Shape outer(yb.begin(), yb.begin() + static_cast<std::ptrdiff_t>(ib.split));

@@ -12,10 +12,6 @@
 namespace mtc::cuda {
 namespace {
 
-constexpr int kColTile = 32;             // columns per block (one warp wide: coalesced rows)
-constexpr int kRowLanes = 8;             // rows read at once per block
-constexpr int64_t kTargetBlocks = 1024;  // column blocks x chunks aimed for
-
 __global__ void fill_rows_kernel(const float* __restrict__ bias, float* __restrict__ y, int64_t rows,
                                  int64_t cols) {
   const int64_t n = rows * cols;
@@ -58,21 +54,6 @@ __global__ void column_finish_kernel(const double* __restrict__ part, int64_t ch
   }
 }
 
-struct Chunks {
-  int64_t count, rows_each;
-};
-// chunks_for: enough chunks for about kTargetBlocks blocks, at least kRowLanes rows each;
-// a function of the shape only.
-Chunks chunks_for(int64_t rows, int64_t cols) {
-  const int64_t col_blocks = (cols + kColTile - 1) / kColTile;
-  int64_t count = kTargetBlocks / (col_blocks < 1 ? 1 : col_blocks);
-  const int64_t most = (rows + kRowLanes - 1) / kRowLanes;
-  if (count > most) count = most;
-  if (count < 1) count = 1;
-  const int64_t each = (rows + count - 1) / count;
-  return {count, each < 1 ? 1 : each};
-}
-
 }  // namespace
 
 void launch_fill_rows(const float* bias, float* y, int64_t rows, int64_t cols, cudaStream_t stream) {
@@ -81,14 +62,14 @@ void launch_fill_rows(const float* bias, float* y, int64_t rows, int64_t cols, c
 }
 
 size_t column_sum_scratch_bytes(int64_t rows, int64_t cols) {
-  const Chunks ch = chunks_for(rows, cols);
+  const ColumnChunks ch = column_chunks(rows, cols);
   return sizeof(double) * static_cast<size_t>(ch.count) * static_cast<size_t>(cols < 1 ? 1 : cols);
 }
 
 void launch_column_sum(const float* x, int64_t rows, int64_t cols, float* out, void* scratch,
                        cudaStream_t stream) {
   if (cols <= 0) return;
-  const Chunks ch = chunks_for(rows, cols);
+  const ColumnChunks ch = column_chunks(rows, cols);
   auto* part = static_cast<double*>(scratch);
   const dim3 grid(static_cast<unsigned>((cols + kColTile - 1) / kColTile), static_cast<unsigned>(ch.count));
   column_partial_kernel<<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(x, rows, cols, ch.rows_each, part);

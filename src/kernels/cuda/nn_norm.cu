@@ -298,24 +298,6 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-constexpr int kColTile = 32;  // columns per block of the parameter-gradient sums
-constexpr int kRowLanes = 8;  // rows read at once per block
-constexpr int64_t kTargetBlocks = 1024;
-
-struct Chunks {
-  int64_t count, rows_each;
-};
-// chunks_for: row chunks for about kTargetBlocks blocks, a function of the shape only.
-Chunks chunks_for(int64_t rows, int64_t d) {
-  const int64_t col_blocks = (d + kColTile - 1) / kColTile;
-  int64_t count = kTargetBlocks / (col_blocks < 1 ? 1 : col_blocks);
-  const int64_t most = (rows + kRowLanes - 1) / kRowLanes;
-  if (count > most) count = most;
-  if (count < 1) count = 1;
-  const int64_t each = (rows + count - 1) / count;
-  return {count, each < 1 ? 1 : each};
-}
-
 // layer_norm_param_partial: block (kColTile, kRowLanes) at (column tile, chunk) sums
 // dy * xhat and dy over the chunk's rows for its columns; lanes are added in lane order.
 __global__ void layer_norm_param_partial_kernel(const float* __restrict__ x, const float* __restrict__ dy,
@@ -410,7 +392,7 @@ void launch_layer_norm(const float* x, const float* gamma, const float* beta, fl
 }
 
 size_t layer_norm_grad_scratch_bytes(int64_t rows, int64_t d) {
-  const Chunks ch = chunks_for(rows, d);
+  const ColumnChunks ch = column_chunks(rows, d);
   const size_t r = static_cast<size_t>(rows < 1 ? 1 : rows), cols = static_cast<size_t>(d < 1 ? 1 : d);
   return sizeof(double) * (2 * r + 2 * static_cast<size_t>(ch.count) * cols);
 }
@@ -419,7 +401,7 @@ void launch_layer_norm_grad(const float* x, const float* gamma, const float* dy,
                             float* dbeta, int64_t rows, int64_t d, float eps, void* scratch,
                             cudaStream_t stream) {
   if (d <= 0) return;
-  const Chunks ch = chunks_for(rows, d);
+  const ColumnChunks ch = column_chunks(rows, d);
   auto* mean = static_cast<double*>(scratch);
   double* rstd = mean + (rows < 1 ? 1 : rows);
   double* part_g = rstd + (rows < 1 ? 1 : rows);
