@@ -5,8 +5,12 @@
 #   mtc_build DIR [CMAKE ARGS]   configure DIR with Ninja and build it (MTC_JOBS jobs, default nproc)
 # Run directly (scripts/deps.sh [--torch]) it just installs.
 
+# ocl-icd-opencl-dev: Debian's libdnnl-dev ships a dnnl-config.cmake that calls
+# find_package(OpenCL), and only Recommends the package that satisfies it; with
+# --no-install-recommends configure fails on a fresh machine without it.
 MTC_DEPS=(cmake ninja-build g++ libabsl-dev libgtest-dev libbenchmark-dev libopenblas-dev
-          libopenblas-openmp-dev libdnnl-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin)
+          libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libopenmpi-dev
+          openmpi-bin)
 MTC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 mtc_install_deps() {
