@@ -1,0 +1,663 @@
+#!/usr/bin/env bash
+# Every check that needs a GPU, in one run of at most 10 minutes on a machine with one GPU
+# (the device machine: nvcc, CMake, ninja and PyTorch, but no MPI, no Debian packages and
+# no package registry), with every figure written to one markdown file.
+#
+#   scripts/gpu-check.sh --prepare [DIR]     on the development machine, before: builds
+#       build-gpu/ (Release, CUDA sm_90, MPI off, tests on) from the commit HEAD (a
+#       `git archive` of it in build-gpu-src/, so half-done edits in the tree stay out;
+#       --worktree builds the tree as it is, in build-gpu-wt/), and packs mtc-train,
+#       mtc-bench-comm, the GPU tests (tests/cuda_*_test.cc, tests/*nccl*_test.cc) and
+#       the shared libraries they need that the device machine lacks (abseil, oneDNN,
+#       OpenBLAS, libgomp, GoogleTest...; not glibc, libstdc++, libgcc_s, nor the CUDA
+#       toolkit's or the driver's) into DIR/mtc-gpu-bundle.tar.xz (DIR: build-gpu-bundle).
+#       libstdc++ goes in too, used only where the machine's own is too old. Prints the
+#       bundle's size: the device tool carries at most 64 MiB with the working tree.
+#   scripts/gpu-check.sh OUTFILE [--bundle DIR] [--build DIR] [--deadline S]
+#       on the device machine (or anywhere): takes the binaries from DIR/mtc-gpu-bundle.tar.xz
+#       (unpacked under /tmp), else from the build folder --build (default build-gpu), else
+#       builds build-gpu/ there (which needs the libraries above). Then, one section each
+#       in OUTFILE with its command, exit status, figures and the tail of its log:
+#         1. the machine: GPU, driver, nvcc, python3 and torch, glibc and libstdc++;
+#         2. the libraries: every one the binaries need resolves, the bundle's from the
+#            bundle, cuDNN, cuBLAS and NCCL from the toolkit or PyTorch's wheels;
+#         3. start-up: mtc-train --help and mtc-bench-comm --help with those libraries;
+#         4. the GPU tests, each binary whole (its CPU-only tests run too);
+#         5. ResNet-56, 22 iterations, --device cuda against --device cpu, same seed:
+#            the loss per iteration and the time per iteration of both;
+#         6. NCCL on one rank without mpirun: mtc-bench-comm --backend nccl;
+#         7. benchmarks/resnet50_gpu.sh: ResNet-50 beside PyTorch.
+#       Each step runs under `timeout` and the whole run under --deadline (540 s), so it
+#       ends inside the device tool's 10 minutes even if a step hangs; a failed step is
+#       recorded and the next one runs. Full logs: OUTFILE.logs.tar.gz beside OUTFILE.
+#       Without a GPU (no nvidia-smi, or it lists none) steps 4-7 are replaced by what
+#       runs without one: "no GPU found: skipping the GPU steps", the GPU tests run and
+#       must pass or skip with their no-GPU message, mtc-train --device cuda must fail
+#       with a clear error, and mtc-bench-comm runs on the local backend.
+# Exit: 0 every step that ran passed (with no GPU: the steps without one); 1 a step
+# failed; 2 usage error or a failed --prepare. docs/cuda.md gives the device tool call.
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+cd "$(dirname "$0")/.."
+bundle_name=mtc-gpu-bundle
+# The build's configuration, here (--prepare) and there (a build without a bundle).
+# shellcheck disable=SC2016  # $ORIGIN is the loader's, not the shell's
+cmake_flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DMTC_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+             -DMTC_WITH_MPI=OFF -DMTC_BUILD_TESTS=ON -DMTC_BUILD_BENCHMARKS=ON '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib')
+
+# ---------------------------------------------------------------- shared helpers
+
+# nvcc_bin: nvcc on PATH, else the conventional /usr/local/cuda/bin/nvcc.
+nvcc_bin() { command -v nvcc || echo /usr/local/cuda/bin/nvcc; }
+
+# lib_kind PATH: system (glibc, libstdc++, libgcc_s: on every Linux machine), cuda (the
+# toolkit's, cuDNN, NCCL or the driver's: the GPU machine has its own) or bundle.
+lib_kind() {
+  local base=${1##*/}
+  if [[ $base =~ ^(linux-vdso|ld-linux|libc|libm|libmvec|libpthread|libdl|librt|libutil|libresolv|libstdc\+\+|libgcc_s)[.-] ]]; then
+    echo system
+  elif [[ $1 == /usr/local/cuda* || $1 == /usr/local/nvidia* || $1 == */site-packages/nvidia/* ||
+          $base =~ ^lib(cuda|nvidia-|cudnn|nccl|cublas|cudart|nvrtc|nvJitLink|cufft|curand|cusparse|cusolver) ]]; then
+    echo cuda
+  else
+    echo bundle
+  fi
+}
+
+# resolved FILE...: "soname path" for each library ldd resolves for FILEs ("not found"
+# as the path when it does not), once each.
+resolved() {
+  local f
+  for f in "$@"; do ldd "$f" 2>&1 || true; done |
+    awk '$2 == "=>" { print $1, ($3 == "not" ? "not-found" : $3) }' | sort -u
+}
+
+# ---------------------------------------------------------------- --prepare
+
+# sync_tree NEW OLD: makes OLD hold NEW's files, touching only the files that differ, so
+# a rebuild from OLD recompiles what changed and nothing else.
+sync_tree() {
+  local f
+  mkdir -p "$2"
+  (cd "$1" && find . -type f) | while IFS= read -r f; do
+    if ! cmp -s "$1/$f" "$2/$f"; then mkdir -p "$(dirname "$2/$f")"; cp "$1/$f" "$2/$f"; fi
+  done
+  (cd "$2" && find . -type f) | while IFS= read -r f; do
+    [ -e "$1/$f" ] || rm -f "$2/$f"
+  done
+}
+
+prepare() {
+  local dir=build-gpu-bundle worktree=0 jobs=${JOBS:-2}
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --worktree) worktree=1; shift ;;
+      -h|--help) usage; exit 0 ;;
+      -*) echo "gpu-check.sh --prepare: unknown flag $1" >&2; exit 2 ;;
+      *) dir=$1; shift ;;
+    esac
+  done
+  local build=build-gpu src=build-gpu-src what
+  [ -x "$(nvcc_bin)" ] ||
+    { echo "gpu-check.sh --prepare: no nvcc: this needs the CUDA toolkit" >&2; exit 2; }
+  if [ "$worktree" = 1 ]; then
+    build=build-gpu-wt src=.
+    what="the working tree at $(git rev-parse --short HEAD) with $(git status --short | wc -l) changed files"
+  else
+    local tmp
+    tmp=$(mktemp -d)
+    git archive HEAD | tar -x -C "$tmp"
+    sync_tree "$tmp" "$src"
+    rm -rf "$tmp"
+    what="commit $(git rev-parse HEAD) (git archive)"
+  fi
+  echo "== configure $build from $what"
+  cmake -S "$src" -B "$build" "${cmake_flags[@]}" >"$build.configure.log" 2>&1 ||
+    { tail -n 30 "$build.configure.log" >&2; echo "gpu-check.sh --prepare: configure failed" >&2; exit 2; }
+  grep -E '\[(found|missing)\]' "$build.configure.log" || true
+  local dep
+  for dep in CUDA cuDNN NCCL GoogleTest; do
+    grep -q "\[found\]   $dep" "$build.configure.log" ||
+      { echo "gpu-check.sh --prepare: configure found no $dep: nothing to check on a GPU" >&2; exit 2; }
+  done
+  local tests=() t
+  for t in "$src"/tests/cuda_*_test.cc "$src"/tests/*nccl*_test.cc; do
+    [ -e "$t" ] && tests+=("$(basename "$t" .cc)")
+  done
+  echo "== build (ninja -j$jobs): mtc-train mtc-bench-comm ${tests[*]}"
+  ninja -C "$build" -j"$jobs" mtc-train mtc-bench-comm "${tests[@]}"
+
+  local stage
+  stage=$(mktemp -d)
+  local b=$stage/$bundle_name
+  mkdir -p "$b/bin" "$b/lib" "$b/compat"
+  cp "$build/launch/mtc-train" "$build/benchmarks/mtc-bench-comm" "$b/bin/"
+  for t in "${tests[@]}"; do cp "$build/tests/$t" "$b/bin/"; done
+  strip --strip-unneeded "$b"/bin/*
+  local soname path kind
+  while read -r soname path; do
+    [ "$path" != not-found ] ||
+      { echo "gpu-check.sh --prepare: $soname not found for the built binaries" >&2; exit 2; }
+    kind=$(lib_kind "$path")
+    case "$kind" in
+      bundle) cp -L "$path" "$b/lib/$soname" ;;
+      system) [[ $soname != libstdc++* ]] || cp -L "$path" "$b/compat/$soname" ;;
+    esac
+  done < <(resolved "$b"/bin/*)
+  {
+    echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') from $what"
+    echo "configure: ${cmake_flags[*]}"
+    echo "nvcc: $("$(nvcc_bin)" --version | tail -n 2 | head -n 1)"
+    echo "glibc: $(ldd --version | head -n 1)"
+    echo "libstdc++ needed: $(objdump -T "$b"/bin/* "$b"/lib/* 2>/dev/null | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -n 1)"
+    echo "glibc needed: $(objdump -T "$b"/bin/* "$b"/lib/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1)"
+    echo "cuda libraries expected on the GPU machine:"
+    resolved "$b"/bin/* | while read -r soname path; do
+      [ "$(lib_kind "$path")" != cuda ] || echo "  $soname (here: $path)"
+    done
+    for h in cudnn_version.h nccl.h; do
+      grep -hE '#define (CUDNN|NCCL)_(MAJOR|MINOR|PATCH(LEVEL)?) ' "$(dirname "$(readlink -f "$(nvcc_bin)")")/../include/$h" 2>/dev/null |
+        awk '{ printf "  %s %s\n", $2, $3 }' || true
+    done
+    echo "files:"
+    (cd "$b" && find bin lib compat -type f -printf '  %p %s\n' | sort)
+  } >"$b/MANIFEST"
+  mkdir -p "$dir"
+  echo "== pack $dir/$bundle_name.tar.xz"
+  tar -C "$stage" -cf - "$bundle_name" | xz -9 -T2 >"$dir/$bundle_name.tar.xz.tmp"
+  mv "$dir/$bundle_name.tar.xz.tmp" "$dir/$bundle_name.tar.xz"
+  cat "$b/MANIFEST"
+  local raw packed
+  raw=$(du -sb "$b" | cut -f1)
+  packed=$(stat -c %s "$dir/$bundle_name.tar.xz")
+  rm -rf "$stage"
+  awk -v r="$raw" -v p="$packed" -v d="$dir/$bundle_name.tar.xz" 'BEGIN {
+    printf "bundle: %s, %.1f MiB (%.1f MiB unpacked); the device tool carries 64 MiB with the tree\n", d, p / 1048576, r / 1048576 }'
+  [ "$packed" -le $((48 * 1048576)) ] ||
+    { echo "gpu-check.sh --prepare: the bundle is over 48 MiB: too large to carry with room to spare" >&2; exit 2; }
+}
+
+# ---------------------------------------------------------------- the check
+
+out=""          # OUTFILE
+work=""         # scratch: the unpacked bundle, wrappers, logs
+failed=0        # a step failed
+summary=()      # "step: status" lines
+
+# md LINE...: lines into OUTFILE; say LINE...: into OUTFILE and on stdout.
+md() { printf '%s\n' "$@" >>"$out"; }
+say() { md "$@"; printf '%s\n' "$@"; }
+
+# left: seconds until the run's deadline.
+left() { echo $((deadline - (SECONDS - t0))); }
+
+# show CMD...: the command as one line, the scratch folder written $WORK.
+show() { local s; s=$(printf '%q ' "$@"); s=${s% }; echo "${s//$work/\$WORK}"; }
+
+# note STEP STATUS: records a step's status for the summary; anything but ok or skipped
+# fails the run.
+note() {
+  summary+=("$1: $2")
+  case "$2" in ok*|skipped*) ;; *) failed=1 ;; esac
+}
+
+# run_step NAME LIMIT CMD...: runs CMD under `timeout` (LIMIT seconds, less if the
+# deadline is nearer) with its output in $logs/NAME.log; sets rc (124: timed out) and log,
+# and writes the command and its exit status to OUTFILE.
+run_step() {
+  local name=$1 lim=$2 t; shift 2
+  log=$work/logs/$name.log
+  [ "$lim" -le $(($(left) - 15)) ] || lim=$(($(left) - 15))
+  md "" "command: \`$(show "$@")\`"
+  if [ "$lim" -lt 5 ]; then
+    rc=125
+    : >"$log"
+    say "$name: not run: the run's deadline is reached"
+    return
+  fi
+  t=$SECONDS
+  if timeout -k 10 "$lim" "$@" >"$log" 2>&1; then rc=0; else rc=$?; fi
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    say "$name: exit status $rc: TIMED OUT after $((SECONDS - t)) s (limit $lim s)"
+  else
+    say "$name: exit status $rc ($((SECONDS - t)) s, limit $lim s)"
+  fi
+}
+
+# status_of RC: the summary's word for an exit status.
+status_of() {
+  case "$1" in
+    0) echo ok ;;
+    124|137) echo "FAIL (timed out)" ;;
+    125) echo "FAIL (not run: deadline)" ;;
+    *) echo "FAIL (exit $1)" ;;
+  esac
+}
+
+# tail_log [N]: the last N (30) lines of $log in OUTFILE.
+tail_log() {
+  md "" "log tail (${log#"$work"/}, last ${1:-30} lines):" '```'
+  tail -n "${1:-30}" "$log" >>"$out"
+  md '```'
+}
+
+# gtest_figures: the counts a GoogleTest binary printed in $log, its failed tests and
+# the messages of its skipped ones.
+gtest_figures() {
+  local ran passed skipped failed_n
+  ran=$(sed -n 's/^\[==========\] \([0-9]*\) tests\{0,1\} from .* ran\..*/\1/p' "$log" | tail -n 1)
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+  failed_n=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+  say "- tests: ${ran:-?} ran, ${passed:-0} passed, ${skipped:-0} skipped, ${failed_n:-0} failed"
+  local l n m
+  while IFS= read -r l; do say "- failed: $l"; done < <(sed -n 's/^\[  FAILED  \] \([A-Za-z].*\)/\1/p' "$log" | sort -u)
+  while read -r n m; do say "- skipped $n with: $m"; done < <(grep -A1 ': Skipped$' "$log" | grep -vE ': Skipped$|^--$' | sort | uniq -c)
+  if grep -q ': Failure$' "$log"; then
+    md "" "failures (the first 60 lines):" '```'
+    grep -A8 ': Failure$' "$log" | head -n 60 >>"$out"
+    md '```'
+  fi
+}
+
+# get_binaries: fills $work/bin with the binaries and sets libdirs, from the bundle, a
+# build folder, or a build made now.
+get_binaries() {
+  md "" "## 2. Binaries and libraries"
+  local tarball=$bundle_dir/$bundle_name.tar.xz
+  mkdir -p "$work/bin"
+  if [ -f "$tarball" ]; then
+    run_step unpack 60 tar -C "$work" -xJf "$tarball"
+    if [ "$rc" != 0 ] && command -v python3 >/dev/null; then
+      md "(tar could not unpack it; python3's tarfile instead)"
+      run_step unpack 60 python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$tarball" "$work"
+    fi
+    note "unpack the bundle" "$(status_of "$rc")"
+    [ "$rc" = 0 ] || return 1
+    source_of_binaries="the bundle $tarball"
+    cp "$work/$bundle_name"/bin/* "$work/bin/"
+    libdirs=$work/$bundle_name/lib
+    md "" "MANIFEST of the bundle:" '```'
+    cat "$work/$bundle_name/MANIFEST" >>"$out"
+    md '```'
+    return 0
+  fi
+  if [ ! -x "$build_dir/launch/mtc-train" ]; then
+    md "no bundle at $tarball and no $build_dir/launch/mtc-train: building $build_dir here"
+    run_step configure 120 cmake -S . -B "$build_dir" "${cmake_flags[@]}"
+    note configure "$(status_of "$rc")"
+    [ "$rc" = 0 ] || { tail_log; return 1; }
+    local tests=() t
+    for t in tests/cuda_*_test.cc tests/*nccl*_test.cc; do [ -e "$t" ] && tests+=("$(basename "$t" .cc)"); done
+    run_step build 360 ninja -C "$build_dir" mtc-train mtc-bench-comm "${tests[@]}"
+    note build "$(status_of "$rc")"
+    [ "$rc" = 0 ] || { tail_log; return 1; }
+  fi
+  source_of_binaries="the build folder $build_dir"
+  cp "$build_dir/launch/mtc-train" "$build_dir/benchmarks/mtc-bench-comm" "$work/bin/"
+  for t in "$build_dir"/tests/cuda_*_test "$build_dir"/tests/*nccl*_test; do [ -x "$t" ] && cp "$t" "$work/bin/"; done
+  libdirs=$build_dir/src
+  return 0
+}
+
+# cuda_candidates: folders that may hold the CUDA libraries: the toolkit's, then
+# PyTorch's wheels (nvidia/*/lib, torch/lib).
+cuda_candidates() {
+  local d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
+    [ -d "$d" ] && echo "$d"
+  done
+  if command -v python3 >/dev/null; then
+    timeout 60 python3 - <<'EOF' 2>/dev/null || true
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()] + sys.path
+seen = set()
+for r in roots:
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib"))) + [os.path.join(r, "torch", "lib")]:
+        d = os.path.realpath(d)
+        if os.path.isdir(d) and d not in seen:
+            seen.add(d)
+            print(d)
+EOF
+  fi
+}
+
+# check_libraries: adds to libdirs the folders of the CUDA libraries that do not resolve,
+# and the bundle's libstdc++ if the machine's is too old; then every library must resolve,
+# and, from a bundle, each one not of the system or CUDA from the bundle.
+check_libraries() {
+  local missing soname path dir found kind
+  export LD_LIBRARY_PATH=$libdirs
+  missing=$(resolved "$work"/bin/* | awk '$2 == "not-found" { print $1 }')
+  if [ -n "$missing" ]; then
+    while IFS= read -r dir; do
+      found=0
+      for soname in $missing; do [ -e "$dir/$soname" ] && found=1; done
+      if [ "$found" = 1 ]; then
+        libdirs=$libdirs:$dir
+        export LD_LIBRARY_PATH=$libdirs
+        missing=$(resolved "$work"/bin/* | awk '$2 == "not-found" { print $1 }')
+        [ -n "$missing" ] || break
+      fi
+    done < <(cuda_candidates)
+  fi
+  if [ -d "$work/$bundle_name/compat" ] &&
+     ldd "$work"/bin/* "$work/$bundle_name"/lib/* 2>&1 | grep -q "version .GLIBCXX_.* not found"; then
+    libdirs=$libdirs:$work/$bundle_name/compat
+    export LD_LIBRARY_PATH=$libdirs
+    say "- this machine's libstdc++ is older than the build's: the bundle's libstdc++ is used"
+  fi
+  unset LD_LIBRARY_PATH
+  md "" "LD_LIBRARY_PATH for mtc's binaries (the wrappers in \$WORK/run set it; nothing else gets it):" \
+    "\`${libdirs//$work/\$WORK}\`" "" "| library | from |" "|---|---|"
+  local bad=0 nb=0
+  while read -r soname path; do
+    kind=$(lib_kind "$path")
+    if [ "$path" = not-found ]; then
+      bad=1; md "| $soname | **not found** |"
+    elif [ "$kind" = bundle ] && [[ $source_of_binaries == "the bundle"* ]] && [[ $path != "$work"/* ]]; then
+      bad=1; md "| $soname | **${path}: outside the bundle** |"
+    elif [ "$kind" = bundle ]; then
+      nb=$((nb + 1))
+    else
+      md "| $soname | ${path//$work/\$WORK} |"
+    fi
+  done < <(LD_LIBRARY_PATH=$libdirs resolved "$work"/bin/*)
+  local first=${libdirs%%:*}
+  md "| $nb others | ${first//$work/\$WORK} |"
+  if LD_LIBRARY_PATH=$libdirs ldd "$work"/bin/* 2>&1 | grep -q "version .* not found"; then
+    bad=1
+    md "" "version errors:" '```'
+    LD_LIBRARY_PATH=$libdirs ldd "$work"/bin/* 2>&1 | grep "version .* not found" | sort -u >>"$out"
+    md '```'
+  fi
+  if [ "$bad" = 0 ]; then
+    say "- every library resolves: $nb from ${first//$work/\$WORK}, the others as the table says"
+    note libraries ok
+  else
+    say "- some libraries do not resolve as they should: see the table above"
+    note libraries FAIL
+  fi
+  # Wrappers: mtc's binaries with LD_LIBRARY_PATH, so that python3 and torch never see it.
+  mkdir -p "$work/run"
+  local b
+  for b in "$work"/bin/*; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libdirs" "$b" >"$work/run/${b##*/}"
+    chmod +x "$work/run/${b##*/}"
+  done
+}
+
+machine() {
+  md "## 1. The machine"
+  md "" '```'
+  {
+    echo "host: $(uname -srm)"
+    echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "cpus: $(nproc)"
+    if command -v nvidia-smi >/dev/null; then
+      timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /' || echo "gpu: nvidia-smi failed"
+    else
+      echo "gpu: no nvidia-smi"
+    fi
+    echo "nvcc: $("$(nvcc_bin)" --version 2>/dev/null | tail -n 2 | head -n 1)"
+    echo "glibc: $(ldd --version 2>/dev/null | head -n 1)"
+    local cxx
+    cxx=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 .*x86-64/ { if (!p) print $NF; p = 1 }')
+    if [ -n "$cxx" ]; then
+      echo "libstdc++: $cxx, up to $(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "$cxx" | sort -uV | tail -n 1)"
+    else
+      echo "libstdc++: not in ldconfig's cache"
+    fi
+    if command -v python3 >/dev/null; then
+      echo "python3: $(python3 --version 2>&1) at $(command -v python3)"
+      echo "torch: $(timeout 60 python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "gpus", torch.cuda.device_count())' 2>&1 | tail -n 1)"
+    else
+      echo "python3: none"
+    fi
+  } >>"$out" 2>&1
+  md '```'
+}
+
+# have_gpu: nvidia-smi lists at least one GPU.
+have_gpu() {
+  command -v nvidia-smi >/dev/null && timeout 30 nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+}
+
+startup() {
+  md "" "## 3. Start-up with these libraries"
+  local b
+  for b in mtc-train mtc-bench-comm; do
+    run_step "$b-help" 30 "$work/run/$b" --help
+    # absl's --help exits 1 after the list; a loader error is 127, a crash 128 + signal.
+    local n
+    n=$(grep -cE -- '^ *--[a-z]' "$log" || true)
+    if { [ "$rc" = 0 ] || [ "$rc" = 1 ]; } && [ "$n" -gt 0 ]; then
+      say "- $b --help listed $n flags (exit $rc)"
+      note "$b --help" ok
+    else
+      say "- $b --help did not list its flags"
+      note "$b --help" "FAIL (exit $rc)"
+      tail_log
+    fi
+  done
+  local tests=()
+  for b in "$work"/bin/*_test; do [ -e "$b" ] && tests+=("${b##*/}"); done
+  say "- GPU test binaries: ${tests[*]:-none}"
+  [ "${#tests[@]}" -gt 0 ] || note "GPU test binaries" "FAIL (none)"
+}
+
+# gpu_tests LIMIT BUDGET: each test binary under LIMIT seconds, all of them under BUDGET.
+gpu_tests() {
+  md "" "## 4. GPU tests"
+  local b lim until=$((SECONDS + $2))
+  for b in "$work"/bin/*_test; do
+    [ -e "$b" ] || continue
+    md "" "### ${b##*/}"
+    lim=$1
+    [ "$lim" -le $((until - SECONDS)) ] || lim=$((until - SECONDS))
+    run_step "${b##*/}" "$lim" "$work/run/${b##*/}" --gtest_color=no
+    gtest_figures
+    if [ "$rc" = 0 ] && grep -A1 ': Skipped$' "$log" | grep -qi 'no GPU'; then
+      say "- FAIL: tests skipped for want of a GPU, but nvidia-smi lists one"
+      note "${b##*/}" "FAIL (skipped: no GPU seen)"
+    else
+      note "${b##*/}" "$(status_of "$rc")"
+    fi
+    tail_log 25
+  done
+}
+
+# losses LOG: "iteration loss" per progress line of an mtc-train log.
+losses() { sed -n 's/^iter \([0-9]*\) loss \([^ ]*\).*/\1 \2/p' "$1"; }
+
+# resnet56: the same training on the GPU, on the CPU with every core, and on the CPU with
+# one thread: the last two differ only in summation order, as the GPU does, so their gap
+# says how far such differences alone carry the losses apart.
+resnet56() {
+  md "" "## 5. ResNet-56: --device cuda against --device cpu"
+  local flags=(--model=resnet56 --batch=64 --iterations=10 --warmup=2 --seed=0 --lr=0.002
+               --data=synthetic --log_every=1)
+  md "Same seed, model, data and lr 0.002 (as CudaTraining.ResNet56LossesMatchTheCpu). Judged: the" \
+     "first loss within 1e-4 relative of the CPU's and the first three within 1e-3; later ones drift" \
+     "apart by summation order alone, as the CPU's own do between 1 and $(nproc) threads (last column)."
+  local dev rcs=() runs=(cuda cpu cpu1)
+  for dev in "${runs[@]}"; do
+    case "$dev" in
+      cuda) run_step resnet56-cuda 75 "$work/run/mtc-train" "${flags[@]}" --device=cuda ;;
+      cpu) run_step resnet56-cpu 75 "$work/run/mtc-train" "${flags[@]}" --device=cpu --threads="$(nproc)" ;;
+      cpu1) run_step resnet56-cpu1 75 "$work/run/mtc-train" "${flags[@]}" --device=cpu --threads=1 ;;
+    esac
+    rcs+=("$rc")
+    losses "$log" >"$work/logs/resnet56-$dev.losses"
+    if [ "$rc" = 0 ]; then
+      local s
+      s=$(grep '^summary ' "$log" | tail -n 1 || true)
+      say "- $dev: sec_per_iter $(field "$s" sec_per_iter), median $(field "$s" median_sec_per_iter), min $(field "$s" min_sec_per_iter), peak_compute_bytes $(field "$s" peak_compute_bytes)"
+    else
+      tail_log 20
+    fi
+  done
+  if [ "${rcs[0]}" != 0 ] || [ "${rcs[1]}" != 0 ]; then
+    note "resnet56 cuda vs cpu" "FAIL (cuda exit ${rcs[0]}, cpu exit ${rcs[1]})"
+    return
+  fi
+  [ "${rcs[2]}" = 0 ] || note "resnet56 cpu 1 thread (reference)" "FAIL (exit ${rcs[2]})"
+  local table verdict
+  table=$(cd "$work/logs" && awk -v threads="$(nproc)" '
+    function rel(a, b,   x) { x = (a - b) / (a == 0 ? 1 : a); return x < 0 ? -x : x }
+    FILENAME ~ /-cpu\.losses$/ { c[$1] = $2; if ($1 > n) n = $1; next }
+    FILENAME ~ /-cuda\.losses$/ { g[$1] = $2; next }
+    { t[$1] = $2 }
+    END {
+      printf "%5s %12s %12s %10s %12s %10s\n", "iter", "cpu loss", "cuda loss", "relative", "cpu 1 thr", "relative"
+      ok = n > 0; worst = 0; ref = 0
+      for (i = 1; i <= n; i++) {
+        if (!(i in g)) { ok = 0; printf "%5d %12.6f %12s\n", i, c[i], "missing"; continue }
+        r = rel(c[i], g[i]); if (r > worst) worst = r
+        if ((i == 1 && r > 1e-4) || (i <= 3 && r > 1e-3)) ok = 0
+        if (i == 1) first = r
+        if (i in t) { q = rel(c[i], t[i]); if (q > ref) ref = q; printf "%5d %12.6f %12.6f %10.2e %12.6f %10.2e\n", i, c[i], g[i], r, t[i], q }
+        else printf "%5d %12.6f %12.6f %10.2e %12s\n", i, c[i], g[i], r, "-"
+      }
+      printf "VERDICT %d iterations; cuda against cpu: first %.2e, largest %.2e relative (cpu 1 thread against %d: largest %.2e): %s\n",
+        n, first, worst, threads, ref, (ok ? "PASS" : "FAIL") }' resnet56-cpu.losses resnet56-cuda.losses resnet56-cpu1.losses)
+  md "" '```'
+  grep -v '^VERDICT' <<<"$table" >>"$out" || true
+  md '```'
+  verdict=$(sed -n 's/^VERDICT //p' <<<"$table")
+  say "- losses: $verdict"
+  if [[ $verdict == *PASS ]]; then note "resnet56 cuda vs cpu" ok; else note "resnet56 cuda vs cpu" "FAIL ($verdict)"; fi
+}
+
+# field LINE KEY: the value of KEY=value in a summary line.
+field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
+
+# comm_figures: from mtc-bench-comm's output in $log, each collective's largest size and fit.
+comm_figures() {
+  md "" "The largest size of each collective and the fit:" '```'
+  awk '/^# fit / { print last; print; next } NR == 1 || /^# [a-z]/ { print; next }
+       /^# +size/ { if (!h) print; h = 1; next } NF > 3 { last = $0 }' "$log" | sed "s#$work#\$WORK#g" >>"$out"
+  md '```'
+}
+
+nccl() {
+  md "" "## 6. NCCL on one rank, without mpirun"
+  md "A world of one needs no MPI: in a build without it comm/ sees one rank, and comm/nccl.cc makes" \
+     "the ncclUniqueId itself and calls ncclCommInitRank(world 1); more ranks need MPI to share the id."
+  run_step bench-comm-nccl 60 "$work/run/mtc-bench-comm" --backend=nccl --max_bytes=256MiB \
+    --out="$work/logs/comm_model.nccl.json"
+  note "mtc-bench-comm --backend nccl" "$(status_of "$rc")"
+  if [ "$rc" != 0 ]; then
+    tail_log 20
+    md "" "Again with NCCL_DEBUG=INFO, 1 KiB only, for NCCL's own account of the failure:"
+    run_step bench-comm-nccl-debug 30 env NCCL_DEBUG=INFO "$work/run/mtc-bench-comm" --backend=nccl \
+      --max_bytes=1KiB --out="$work/logs/comm_model.debug.json"
+  else
+    comm_figures
+    [ ! -f "$work/logs/comm_model.nccl.json" ] || { md "comm_model.json:" '```'; cat "$work/logs/comm_model.nccl.json" >>"$out"; md "" '```'; }
+  fi
+  tail_log 40
+}
+
+resnet50() {
+  md "" "## 7. ResNet-50 beside PyTorch (benchmarks/resnet50_gpu.sh)"
+  run_step resnet50-gpu 200 benchmarks/resnet50_gpu.sh "$work/run/mtc-train"
+  note "resnet50_gpu.sh" "$(status_of "$rc")"
+  if grep -qE '^(round|best|PASS|FAIL)' "$log"; then
+    md "" '```'
+    grep -E '^(round|best|[0-9]+ |PASS|FAIL)' "$log" >>"$out" || true
+    md '```'
+  fi
+  tail_log 30
+}
+
+no_gpu_steps() {
+  md "" "## 4. Without a GPU: what runs anyway"
+  local b
+  for b in "$work"/bin/*_test; do
+    [ -e "$b" ] || continue
+    md "" "### ${b##*/}"
+    run_step "${b##*/}" 120 "$work/run/${b##*/}" --gtest_color=no
+    gtest_figures
+    note "${b##*/} (no GPU)" "$(status_of "$rc")"
+    tail_log 15
+  done
+  md "" "### mtc-train --device cuda without a GPU: a clear error, not a crash"
+  run_step resnet56-cuda-nogpu 60 "$work/run/mtc-train" --model=resnet56 --batch=8 --iterations=1 --warmup=0 --device=cuda
+  if [ "$rc" = 2 ] && grep -qi 'gpu' "$log"; then
+    say "- exit 2 with: $(grep -i 'gpu' "$log" | head -n 1)"
+    note "mtc-train --device cuda (no GPU)" "ok (a clear error)"
+  else
+    note "mtc-train --device cuda (no GPU)" "FAIL (exit $rc, expected 2 with a message about the GPU)"
+  fi
+  tail_log 5
+  md "" "### mtc-bench-comm on the local backend"
+  run_step bench-comm-local 60 "$work/run/mtc-bench-comm" --backend=local --max_bytes=1MiB --iters=5 \
+    --out="$work/logs/comm_model.local.json"
+  note "mtc-bench-comm --backend local" "$(status_of "$rc")"
+  if [ "$rc" = 0 ]; then comm_figures; else tail_log 10; fi
+}
+
+check() {
+  out=$1; shift
+  bundle_dir=build-gpu-bundle build_dir=build-gpu deadline=540
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --bundle|--build|--deadline)
+        [ $# -ge 2 ] || { echo "gpu-check.sh: $1 needs a value" >&2; exit 2; }
+        case "$1" in --bundle) bundle_dir=$2 ;; --build) build_dir=$2 ;; --deadline) deadline=$2 ;; esac
+        shift 2 ;;
+      *) echo "gpu-check.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+    esac
+  done
+  if [[ ! $deadline =~ ^[0-9]+$ ]] || [ "$deadline" -lt 60 ]; then
+    echo "gpu-check.sh: --deadline must be a number of seconds >= 60" >&2
+    exit 2
+  fi
+  t0=$SECONDS
+  mkdir -p "$(dirname "$out")"
+  out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
+  work=$(mktemp -d /tmp/mtc-gpu-check.XXXXXX)
+  mkdir -p "$work/logs"
+  trap 'tar -C "$work" -czf "$out.logs.tar.gz" logs 2>/dev/null || true; rm -rf "$work"' EXIT
+  : >"$out"
+  say "# mtc GPU check"
+  md "" "\`scripts/gpu-check.sh\` from $(git rev-parse --short HEAD 2>/dev/null || echo "a tree without git"), $(date -u '+%Y-%m-%d %H:%M UTC');" \
+     "deadline $deadline s; \$WORK is the scratch folder; full logs in $(basename "$out").logs.tar.gz." ""
+  machine
+  local gpu=0
+  if have_gpu; then gpu=1; fi
+  if get_binaries; then
+    say "- binaries from $source_of_binaries"
+    check_libraries
+    startup
+    if [ "$gpu" = 1 ]; then
+      gpu_tests 120 180
+      resnet56
+      nccl
+      resnet50
+    else
+      say "" "no GPU found: skipping the GPU steps"
+      no_gpu_steps
+    fi
+  else
+    say "- no binaries: the steps that need them are not run"
+    note "binaries" "FAIL (none)"
+    [ "$gpu" = 1 ] || say "" "no GPU found: skipping the GPU steps"
+  fi
+  md "" "## Summary"
+  say "" "| step | status |" "|---|---|"
+  local s
+  for s in "${summary[@]}"; do say "| ${s%%: *} | ${s#*: } |"; done
+  say "" "total: $((SECONDS - t0)) s; $( [ "$failed" = 0 ] && echo "every step that ran passed" || echo "a step FAILED")"
+  [ "$failed" = 0 ]
+}
+
+case "${1:-}" in
+  ""|-h|--help) usage; [ -n "${1:-}" ] || exit 2; exit 0 ;;
+  --prepare) shift; prepare "$@" ;;
+  -*) echo "gpu-check.sh: unknown flag $1" >&2; usage >&2; exit 2 ;;
+  *) check "$@" ;;
+esac
