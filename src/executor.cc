@@ -32,7 +32,8 @@ class ScratchContext final : public KernelContext {
     for (const alloc::Block& b : blocks_) ex_.free_compute(b);
   }
   absl::StatusOr<void*> scratch(size_t bytes) override {
-    auto b = ex_.allocate(bytes, [&] { return absl::StrCat("op ", op_.name(), ": scratch space"); });
+    auto b = ex_.allocate(bytes, [&] { return absl::StrCat("op ", op_.name(), ": scratch space"); },
+                          /*lowest=*/false, Executor::Request::kScratch);
     if (!b.ok()) return b.status();
     blocks_.push_back(*b);
     sizes_.push_back(bytes);
@@ -361,40 +362,118 @@ void Executor::free_compute(alloc::Block b) {
 }
 
 absl::StatusOr<alloc::Block> Executor::allocate(size_t bytes, const std::function<std::string()>& who,
-                                                bool lowest) {
+                                                bool lowest, Request request) {
   alloc::Region& region = device_.compute_region();
   const size_t size = alloc::round_up(bytes);
   const size_t m_star = budget();
   // TMA's planned offset for this request, if its plan has one: taken when that range is
   // free (a hit), else best-fit in whatever is free (a miss); see alloc/tma.h.
   const std::optional<size_t> planned = tma_ && !lowest ? tma_->propose(op_key_, size) : std::nullopt;
+  std::optional<alloc::Block> got;
   for (;;) {
     const bool within_budget = region.stats().allocated + size <= m_star;
     if (within_budget) {
       if (planned) {
         if (auto b = region.allocate_at(*planned, size); b.ok()) {
           tma_->placed(op_key_, *b, /*hit=*/true);
-          return b;
+          got = *b;
+          break;
         }
       }
       auto b = lowest ? region.allocate_lowest(size) : region.allocate(size);
       if (b.ok()) {
         if (tma_) tma_->placed(op_key_, *b, /*hit=*/false);
-        return b;
+        got = *b;
+        break;
       }
     }
     if (!evict_one(/*fragmented=*/within_budget)) break;
   }
-  size_t pinned = 0;
+  if (!got) return out_of_memory(size, who, request);
+  if (!frames_.empty() && request == Request::kOutput) frames_.back()->outputs_held += size;
+  if (!frames_.empty() && request == Request::kScratch) frames_.back()->scratch_held += size;
+  return *got;
+}
+
+// The message names the limit that bound: the budget m* when the request would take the
+// region's allocated bytes past it, else the region itself (full, or without a free block
+// large enough). It then says where the held bytes are, what the op being run still needs,
+// and which flag to raise, so every tool reports the same advice.
+absl::Status Executor::out_of_memory(size_t size, const std::function<std::string()>& who, Request request) const {
+  const alloc::Region& region = device_.compute_region();
+  const size_t held = region.stats().allocated;
+  const size_t m_star = budget();
+  const bool over_budget = m_star < region.capacity() && held + size > m_star;
+  const OpFrame* frame = frames_.empty() ? nullptr : frames_.back();
+  // Where the held bytes are: every resident tensor of the compute region by why it stayed,
+  // and the rest (blocks of no tensor) the outputs and scratch of the ops being run.
+  size_t own_inputs = 0, waiting = 0, persistent = 0, small = 0, kept_by_mode = 0, evictable = 0;
   for (const auto& [id, r] : records_) {
-    if (r.pin_count > 0 && r.state == StorageState::kResident) pinned += r.block.size;
+    if (r.state != StorageState::kResident || r.in_comm) continue;
+    const size_t b = r.block.size;
+    if (r.pin_count > 0) {
+      const bool own = frame != nullptr && std::find(frame->inputs.begin(), frame->inputs.end(), &r) != frame->inputs.end();
+      (own ? own_inputs : waiting) += b;
+    } else if (r.persistent) {
+      persistent += b;
+    } else if (r.candidate_index == SIZE_MAX) {
+      small += b;
+    } else if (opts_.mode == EvictMode::kDrop && !droppable(r)) {
+      kept_by_mode += b;
+    } else {
+      evictable += b;
+    }
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      who(), ": cannot allocate ", alloc::format_bytes(size), " (", size, " bytes)",
-      m_star < region.capacity() ? absl::StrCat(" within the budget of ", alloc::format_bytes(m_star)) : "",
-      "; the op's pinned inputs hold ", alloc::format_bytes(pinned),
-      opts_.policy == EvictPolicy::kNone ? "; eviction is off" : "; nothing more can be evicted",
-      ": ", region.state()));
+  const size_t in_tensors = own_inputs + waiting + persistent + small + kept_by_mode + evictable;
+  const size_t own_blocks = frame != nullptr ? frame->outputs_held + frame->scratch_held : 0;
+  const size_t other_blocks = held - std::min(held, in_tensors + own_blocks);
+  auto part = [](size_t bytes, absl::string_view what) {
+    return bytes == 0 ? std::string() : absl::StrCat(", ", alloc::format_bytes(bytes), " ", what);
+  };
+  std::string where = absl::StrCat(
+      alloc::format_bytes(held), " held",
+      frame != nullptr ? absl::StrCat(", of which ", alloc::format_bytes(own_inputs), " pinned by this op's inputs") : "",
+      part(own_blocks, "by its outputs and scratch so far"),
+      part(waiting, "pinned by the ops waiting on this one's result"),
+      part(other_blocks, "by the outputs and scratch of those ops"),
+      part(persistent, "persistent (parameters, optimizer state, gradients)"),
+      part(kept_by_mode, "not recomputable, which mode drop cannot evict"),
+      part(small, absl::StrCat("in tensors under ", alloc::format_bytes(opts_.min_candidate_bytes),
+                               ", which are never evicted")),
+      part(evictable, "evictable, which the search did not reach"));
+  std::string needs;
+  if (frame != nullptr) {
+    const size_t outputs = frame->outputs_bytes - std::min(frame->outputs_bytes, frame->outputs_held);
+    size_t scratch = frame->scratch_planned - std::min(frame->scratch_planned, frame->scratch_held);
+    if (request == Request::kScratch) scratch = std::max(scratch, size);
+    needs = absl::StrCat("; the op needs ", request == Request::kOther ? absl::StrCat(alloc::format_bytes(size), " for this, ") : "",
+                         alloc::format_bytes(outputs), " more for its outputs and ", alloc::format_bytes(scratch),
+                         " more of scratch");
+  }
+  const bool evicting = opts_.policy != EvictPolicy::kNone;
+  std::string limit;
+  if (over_budget) {
+    limit = absl::StrCat("over the budget m* of ", alloc::format_bytes(m_star), ": ", where, needs,
+                         evicting ? "; nothing left to evict: expected a larger --budget"
+                                  : "; eviction is off: expected a larger --budget or an eviction policy");
+  } else {
+    limit = absl::StrCat(held + size > region.capacity() ? "the compute region of " : "no free block in the compute region of ",
+                         alloc::format_bytes(region.capacity()), held + size > region.capacity() ? " is full" : " fits it",
+                         " (largest free block ", alloc::format_bytes(region.largest_free()), "): ", where, needs,
+                         evicting ? "; nothing left to evict: expected a larger --memory"
+                                  : "; eviction is off: expected a larger --memory or an eviction policy");
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(who(), ": cannot allocate ", alloc::format_bytes(size), " (", size, " bytes): ", limit));
+}
+
+Executor::OpFrame Executor::op_frame(const OpDef& op, std::span<TensorRecord* const> ins,
+                                     std::span<const TensorDesc> outs) {
+  OpFrame f;
+  f.inputs = ins;
+  for (const TensorDesc& d : outs) f.outputs_bytes += alloc::round_up(d.bytes());
+  for (size_t b : op.recorded_scratch()) f.scratch_planned += alloc::round_up(b);
+  return f;
 }
 
 // ---- regeneration ----
@@ -471,6 +550,14 @@ absl::Status Executor::recompute(TensorRecord& r) {
     }
     ins.push_back(in);
   }
+  absl::InlinedVector<TensorDesc, 2> out_descs;
+  for (uint64_t id : path->outputs) {
+    const TensorRecord* o = find(id);
+    if (o != nullptr) out_descs.push_back(o->desc);
+  }
+  OpFrame frame = op_frame(op, ins, out_descs);
+  frames_.push_back(&frame);
+  absl::Cleanup pop_frame = [&] { frames_.pop_back(); };
   Pins pins;
   MTC_RETURN_IF_ERROR(make_resident(ins, pins));
   absl::InlinedVector<TensorView, 4> in_views;
@@ -497,7 +584,8 @@ absl::Status Executor::recompute(TensorRecord& r) {
       temp_descs[i] = all[i];
       d = &temp_descs[i];
     }
-    auto b = allocate(d->bytes(), [&] { return absl::StrCat("recomputing op ", op.name()); });
+    auto b = allocate(d->bytes(), [&] { return absl::StrCat("recomputing op ", op.name()); }, /*lowest=*/false,
+                      Request::kOutput);
     if (!b.ok()) {
       free_blocks();
       return b.status();
@@ -619,6 +707,9 @@ absl::Status Executor::execute(ApplyOp& c) {
     for (auto* r : ins) d.push_back(r->desc);
     return op_context(op, d);
   };
+  OpFrame frame = op_frame(op, ins, c.output_descs);
+  frames_.push_back(&frame);
+  absl::Cleanup pop_frame = [&] { frames_.pop_back(); };
   if (absl::Status s = make_resident(ins, pins); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(context(), ": regenerating an input: ", s.message()));
   }
@@ -641,7 +732,7 @@ absl::Status Executor::execute(ApplyOp& c) {
   for (size_t i = 0; i < c.output_descs.size(); ++i) {
     auto b = allocate(c.output_descs[i].bytes(), [&] {
       return absl::StrCat(context(), ": output ", i, " ", c.output_descs[i].str());
-    });
+    }, /*lowest=*/false, Request::kOutput);
     if (!b.ok()) {
       free_outputs();
       return b.status();

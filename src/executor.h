@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,18 +81,34 @@ class Executor {
   const EvictOptions& evict_options() const { return opts_; }
   size_t budget() const;  // m*, bytes
 
+  // Request: what an allocation is for; the out-of-memory message accounts by it.
+  enum class Request : uint8_t { kOther, kOutput, kScratch };
   // allocate: a block of the compute region, evicting unpinned tensors while the request
-  // would exceed the budget or finds no free block. `who` names the request in errors.
-  // Best fit (or TMA's planned offset); `lowest`: first fit, for persistent tensors, which
-  // DESIGN.md keeps packed at the region's low end.
+  // would exceed the budget or finds no free block. `who` names the request in errors,
+  // which say which limit bound (the budget m* or the region) and where the held bytes
+  // are. Best fit (or TMA's planned offset); `lowest`: first fit, for persistent tensors,
+  // which DESIGN.md keeps packed at the region's low end.
   absl::StatusOr<alloc::Block> allocate(size_t bytes, const std::function<std::string()>& who,
-                                        bool lowest = false);
+                                        bool lowest = false, Request request = Request::kOther);
   // free_compute: returns a block to the compute region (and tells TMA).
   void free_compute(alloc::Block b);
   // tma_stats: TMA's figures (all zero when TMA is off).
   alloc::TmaStats tma_stats() const { return tma_ ? tma_->stats() : alloc::TmaStats{}; }
 
  private:
+  // OpFrame: an op being run, by execute(ApplyOp) or, nested in it, by recompute; what
+  // the out-of-memory message counts as the op's own demand. On the stack of frames_.
+  struct OpFrame {
+    std::span<TensorRecord* const> inputs;
+    size_t outputs_bytes = 0;    // all its outputs, rounded to the region's alignment
+    size_t outputs_held = 0;     // of those, allocated so far
+    size_t scratch_planned = 0;  // replay: the recorded scratch (a kernel asks as it runs)
+    size_t scratch_held = 0;     // scratch allocated so far
+  };
+  static OpFrame op_frame(const OpDef& op, std::span<TensorRecord* const> ins, std::span<const TensorDesc> outs);
+  // out_of_memory: the error of a request of `size` (rounded) bytes that eviction could not
+  // make room for, naming the limit that bound and the advice for it.
+  absl::Status out_of_memory(size_t size, const std::function<std::string()>& who, Request request) const;
   absl::Status ensure_resident(TensorRecord& r);
   absl::Status make_resident(std::span<TensorRecord* const> ins, Pins& pins);  // Note [Regeneration order]
   absl::Status recompute(TensorRecord& r);
@@ -136,6 +153,7 @@ class Executor {
   evict::EvictedClasses classes_;
   absl::node_hash_map<uint64_t, TensorRecord> records_;
   std::vector<TensorRecord*> candidates_;  // resident, evictable, not below the size floor
+  std::vector<OpFrame*> frames_;           // the ops being run, innermost last
   std::mt19937_64 sample_rng_{0x5eed};
   double bytes_per_us_ = 0;  // gamma: host <-> device copy bandwidth (see note_swap_copy)
   bool refine_gamma_ = false;  // gamma was measured at start-up, so swaps may refine it

@@ -2,7 +2,9 @@
 // hand-worked cases, the evicted-tensor classes, and training under a budget, which must
 // give bit-identical losses and final weights to the unlimited run (the reference) with
 // drop only, swap only and both, for CIFAR ResNet-56 and for a network with dropout.
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 
 #include "device.h"
@@ -15,6 +17,7 @@
 #include "mtc/ops.h"
 #include "mtc/optim.h"
 #include "mtc/runtime.h"
+#include "trace/replay.h"
 #include "train_check.h"
 
 namespace mtc {
@@ -206,13 +209,117 @@ TEST(DteTraining, BudgetTooSmallForOneOpNamesTheOpAndBytes) {
   absl::Status s = (*small)->interpreter().sync();
   ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find("add on f32[512,512], f32[512,512]: output 0 f32[512,512]"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("cannot allocate 1.0 MiB (1048576 bytes) within the budget"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("pinned inputs hold 2.0 MiB"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("cannot allocate 1.0 MiB (1048576 bytes): over the budget m* of 2.0 MiB: 2.0 MiB held, "
+                             "of which 2.0 MiB pinned by this op's inputs; the op needs 1.0 MiB more for its outputs "
+                             "and 0 B more of scratch; nothing left to evict: expected a larger --budget"),
+            std::string::npos)
+      << s;
   // Nothing is corrupted: the inputs are intact and the runtime goes on.
   EXPECT_EQ(*sum(x).item(), 512.f * 512.f);
   // The worker owns the region: let it finish (the temporary's Del) before reading it here.
   ASSERT_TRUE((*small)->interpreter().sync().ok());
   (*small)->device().compute_region().check_invariants();
+}
+
+// ---- out-of-memory messages ----
+
+// oom_of: the error of training DropoutNet at batch 8 for two iterations under `o`.
+absl::Status oom_of(RuntimeOptions o) {
+  o.num_threads = 1;
+  o.evict.reproducible = true;
+  auto rt = Runtime::create(o);
+  if (!rt.ok()) return rt.status();
+  auto net = std::make_shared<DropoutNet>();
+  auto opt = optim::Sgd::create(net->parameters(), {.lr = 0.05f});
+  if (!opt.ok()) return opt.status();
+  data::SyntheticData src({3, 32, 32}, 10, 7);
+  for (int it = 0; it < 2; ++it) {
+    auto loss = models::train_step(*net, **opt, data::to_device(src.batch_at(it, 8)));
+    if (!loss.ok()) return loss.status();
+    if (absl::Status s = loss->item().status(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+bool has(const absl::Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
+
+// A budget far below what one layer needs: the message names the budget and its size,
+// accounts the op's pinned inputs, and advises a larger --budget, not --memory (the region
+// is 64 MiB, nearly all free).
+TEST(DteOutOfMemory, TooSmallBudgetNamesTheBudget) {
+  RuntimeOptions o;
+  o.memory_bytes = size_t{68} << 20;
+  o.comm_bytes = size_t{4} << 20;
+  o.evict.budget_bytes = size_t{1} << 20;
+  const absl::Status s = oom_of(o);
+  std::printf("  %s\n", std::string(s.message()).c_str());
+  ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(has(s, "over the budget m* of 1.0 MiB: ")) << s;
+  EXPECT_TRUE(has(s, "pinned by this op's inputs")) << s;
+  EXPECT_TRUE(has(s, "more for its outputs and ")) << s;
+  EXPECT_TRUE(has(s, "nothing left to evict: expected a larger --budget")) << s;
+  EXPECT_FALSE(has(s, "--memory")) << s;
+}
+
+// A compute region of 1 MiB and no budget: the region is the limit, named with its size,
+// and the advice is a larger --memory.
+TEST(DteOutOfMemory, TooSmallRegionNamesTheRegion) {
+  RuntimeOptions o;
+  o.memory_bytes = (size_t{1} << 20) + (size_t{64} << 10);
+  o.comm_bytes = size_t{64} << 10;
+  const absl::Status s = oom_of(o);
+  std::printf("  %s\n", std::string(s.message()).c_str());
+  ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(has(s, "compute region of 1.0 MiB")) << s;
+  EXPECT_TRUE(has(s, "pinned by this op's inputs")) << s;
+  EXPECT_TRUE(has(s, "nothing left to evict: expected a larger --memory")) << s;
+  EXPECT_FALSE(has(s, "budget")) << s;
+  // Without eviction the advice says so.
+  o.evict.policy = EvictPolicy::kNone;
+  const absl::Status off = oom_of(o);
+  EXPECT_TRUE(has(off, "eviction is off: expected a larger --memory")) << off;
+}
+
+// The accounting counts the op's own outputs and scratch, with exact figures: a replayed
+// op with 1 MiB inputs (2), a 1 MiB output and 512 KiB of scratch. Under a budget of
+// 3.5 MiB - 4 KiB its output fits and its scratch does not; in a region of that size
+// with no budget, the region is the limit.
+TEST(DteOutOfMemory, CountsTheOpsOutputsAndScratch) {
+  const std::string path = ::testing::TempDir() + "oom_scratch.jsonl";
+  auto write = [&](size_t compute_bytes) {
+    std::ofstream f(path);
+    f << R"({"mtc_trace":1,"device":"cpu","compute_bytes":)" << compute_bytes
+      << R"(,"comm_bytes":0,"budget_bytes":0,"bytes_per_us":1000})" "\n"
+      << R"({"e":"put","id":1,"shape":[262144],"dtype":"f32"})" "\n"
+      << R"({"e":"put","id":2,"shape":[262144],"dtype":"f32"})" "\n"
+      << R"({"e":"op","op":"mix","in":[1,2],"out":[3],"shapes":[[262144]],"dtypes":["f32"],"us":10,"scratch":[524288]})" "\n";
+  };
+  const size_t limit = (size_t{7} << 19) - 4096;
+  write(size_t{64} << 20);
+  auto trace = load_trace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EvictOptions ev;
+  ev.budget_bytes = limit;
+  auto r = replay(*trace, ev, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->error,
+            "mix on f32[262144], f32[262144]: op mix: scratch space: cannot allocate 512.0 KiB (524288 bytes): "
+            "over the budget m* of 3.5 MiB: "
+            "3.0 MiB held, of which 2.0 MiB pinned by this op's inputs, 1.0 MiB by its outputs and scratch so far; "
+            "the op needs 0 B more for its outputs and 512.0 KiB more of scratch; nothing left to evict: "
+            "expected a larger --budget");
+  write(limit);
+  trace = load_trace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  r = replay(*trace, EvictOptions{}, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->error,
+            "mix on f32[262144], f32[262144]: op mix: scratch space: cannot allocate 512.0 KiB (524288 bytes): "
+            "the compute region of 3.5 MiB is full "
+            "(largest free block 508.0 KiB): 3.0 MiB held, of which 2.0 MiB pinned by this op's inputs, 1.0 MiB by "
+            "its outputs and scratch so far; the op needs 0 B more for its outputs and 512.0 KiB more of scratch; "
+            "nothing left to evict: expected a larger --memory");
+  std::remove(path.c_str());
 }
 
 }  // namespace
