@@ -410,8 +410,7 @@ int run(const Flags& f) {
   // memory is the user's to fix (status 2), anything else is a run-time failure.
   auto iteration_failed = [&](int it, const absl::Status& s) {
     const bool oom = s.code() == absl::StatusCode::kResourceExhausted;
-    fail(oom ? kBadValue : kFailure,
-         absl::StrCat("iteration ", it, ": ", s.message(), oom ? " (expected a larger --memory)" : ""));
+    fail(oom ? kBadValue : kFailure, absl::StrCat("iteration ", it, ": ", s.message()));
   };
 
   model.net->train();
