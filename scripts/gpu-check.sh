@@ -9,7 +9,7 @@
 #       --worktree builds the tree as it is, in build-gpu-wt/), and packs mtc-train,
 #       mtc-bench-comm, the GPU tests (tests/cuda_*_test.cc, tests/*nccl*_test.cc) and
 #       the shared libraries they need that the device machine lacks (abseil, oneDNN,
-#       OpenBLAS, libgomp, GoogleTest...; not glibc, libstdc++, libgcc_s, nor the CUDA
+#       OpenBLAS, libgfortran, libgomp...; not glibc, libstdc++, libgcc_s, nor the CUDA
 #       toolkit's or the driver's) into DIR/mtc-gpu-bundle.tar.xz (DIR: build-gpu-bundle).
 #       libstdc++ goes in too, used only where the machine's own is too old. Prints the
 #       bundle's size: the device tool carries at most 64 MiB with the working tree.
