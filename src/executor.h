@@ -87,7 +87,7 @@ class Executor {
   // would exceed the budget or finds no free block. `who` names the request in errors,
   // which say which limit bound (the budget m* or the region) and where the held bytes
   // are. Best fit (or TMA's planned offset); `lowest`: first fit, for persistent tensors,
-  // which DESIGN.md keeps packed at the region's low end.
+  // which docs/design.md keeps packed at the region's low end.
   absl::StatusOr<alloc::Block> allocate(size_t bytes, const std::function<std::string()>& who,
                                         bool lowest = false, Request request = Request::kOther);
   // free_compute: returns a block to the compute region (and tells TMA).
