@@ -10,21 +10,26 @@
 #   2. tma_plan_bench --skip-minimalloc: a 60,000-buffer training-like trace (fixed seed)
 #      planned by plan() at the runtime's alignment; target: under 2 s, at most 1.01x its
 #      lower bound.
+# The instances (A.1048576.csv .. K.1048576.csv, from MiniMalloc's public benchmark set;
+# not in this repository) are read from --data DIR, else from $MTC_BENCH_DATA/minimalloc.
 # Exit: 0 all targets PASS, 1 one FAILs, 2 usage error or a missing binary.
 set -euo pipefail
 
 usage() {
   cat <<EOF
 usage: $0 [MTC_PLAN] [--data DIR] [--time-limit 10] [--bench PATH] [--skip-random]
-MTC_PLAN defaults to build/launch/mtc-plan, --data to /work/shared/bench-data/minimalloc,
---bench (the random-trace benchmark) to build/benchmarks/tma_plan_bench.
+MTC_PLAN defaults to build/launch/mtc-plan; --data DIR is the folder of MiniMalloc's
+A.1048576.csv .. K.1048576.csv, by default \$MTC_BENCH_DATA/minimalloc (MTC_BENCH_DATA: the
+folder holding minimalloc/); --bench (the random-trace benchmark) defaults to
+build/benchmarks/tma_plan_bench.
 EOF
 }
 
+caller=$PWD
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_plan=build/launch/mtc-plan
-data=/work/shared/bench-data/minimalloc
+data=
 time_limit=10
 bench=build/benchmarks/tma_plan_bench
 skip_random=0
@@ -39,11 +44,19 @@ while [ $# -gt 0 ]; do
     *) mtc_plan=$1; shift ;;
   esac
 done
+if [ -z "$data" ]; then
+  if [ -z "${MTC_BENCH_DATA:-}" ]; then
+    echo "$0: no benchmark data: pass --data DIR (the folder of MiniMalloc's A.1048576.csv .. K.1048576.csv) or set MTC_BENCH_DATA to the folder holding minimalloc/" >&2
+    exit 2
+  fi
+  data=$MTC_BENCH_DATA/minimalloc
+fi
+case "$data" in /*) ;; *) data=$caller/$data ;; esac  # relative to where the script was run
+[ -d "$data" ] || { echo "$0: no benchmark data in $data: pass --data DIR or set MTC_BENCH_DATA to the folder holding minimalloc/" >&2; exit 2; }
 if [ ! -x "$mtc_plan" ]; then
   echo "no mtc-plan at $mtc_plan: build it (ninja -C build mtc-plan) or pass its path" >&2
   exit 2
 fi
-[ -d "$data" ] || { echo "no benchmark data in $data (--data DIR)" >&2; exit 2; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -12,6 +12,10 @@
 //
 //   tma_plan_bench [--data DIR] [--time-limit S] [--buffers N] [--seed S] [--skip-minimalloc]
 //                  [--slow] [--write-trace FILE]
+//
+// The instances (A.1048576.csv .. K.1048576.csv, from MiniMalloc's public benchmark set; not
+// in this repository) are read from --data DIR, else from $MTC_BENCH_DATA/minimalloc; with
+// neither (and no --skip-minimalloc) it exits 2 saying so.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -99,7 +103,7 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data = "/work/shared/bench-data/minimalloc";
+  std::string data;  // --data, else $MTC_BENCH_DATA/minimalloc
   std::string write_trace;
   double time_limit = 10.0;
   int buffers = 60000;
@@ -136,6 +140,17 @@ int main(int argc, char** argv) {
                    a.c_str());
       return 2;
     }
+  }
+  if (!skip_minimalloc && data.empty()) {
+    const char* root = std::getenv("MTC_BENCH_DATA");
+    if (root == nullptr || *root == '\0') {
+      std::fprintf(stderr,
+                   "tma_plan_bench: error: no benchmark data: pass --data DIR (the folder of MiniMalloc's "
+                   "A.1048576.csv .. K.1048576.csv) or set MTC_BENCH_DATA to the folder holding minimalloc/ "
+                   "(or --skip-minimalloc)\n");
+      return 2;
+    }
+    data = std::string(root) + "/minimalloc";
   }
   std::vector<std::string> failures;
 
