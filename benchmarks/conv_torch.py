@@ -1,12 +1,20 @@
+#!/usr/bin/python3
 # PyTorch reference timings for benchmarks/conv_bench.cc: the conv and batch-norm shapes of
 # CIFAR ResNet-56 (batch 64), forward + backward, and one whole training iteration.
 # Run: /usr/bin/python3 benchmarks/conv_torch.py [threads]   (default 2 threads)
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    # One line and exit status 2 rather than a traceback: Debian's python3-torch installs
+    # for /usr/bin/python3, which need not be the python3 first on PATH.
+    print(f"torch is missing for {sys.executable}: install it with scripts/deps.sh --torch "
+          "(Debian's python3-torch)", file=sys.stderr)
+    sys.exit(2)
 
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 torch.set_num_threads(threads)

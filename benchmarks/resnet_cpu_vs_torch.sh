@@ -2,7 +2,7 @@
 # mtc-train against its PyTorch peer (torch_peer.py) on the CPU: same model, batch, threads
 # and iterations, run one after the other; prints both summary lines side by side and the
 # ratio mtc/torch of sec_per_iter, PASS when it is at most 1.5. Exit: 0 PASS, 1 FAIL,
-# 2 when a run failed or printed no summary line.
+# 2 when a run failed or printed no summary line, or torch is missing.
 set -euo pipefail
 
 usage() {
@@ -35,6 +35,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# The peer needs torch: say so in one line rather than end in a ModuleNotFoundError.
+# Debian's python3-torch installs for /usr/bin/python3, which need not be the python3
+# first on PATH, hence that default.
+if ! command -v "$python" >/dev/null; then
+  echo "no Python at $python (PYTHON): unset it to use /usr/bin/python3" >&2
+  exit 2
+fi
+if ! "$python" -c 'import torch' >/dev/null 2>&1; then
+  echo "torch is missing for $python: install it with scripts/deps.sh --torch (Debian's python3-torch)" >&2
+  exit 2
+fi
 if [ "$torch_only" = 0 ] && [ ! -x "$mtc_train" ]; then
   echo "no mtc-train at $mtc_train: build it (scripts/run.sh), pass its path, or use --torch-only" >&2
   exit 2

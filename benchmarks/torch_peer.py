@@ -10,9 +10,16 @@ import resource
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    # One line and exit status 2 rather than a traceback: Debian's python3-torch installs
+    # for /usr/bin/python3, which need not be the python3 first on PATH.
+    print(f"torch is missing for {sys.executable}: install it with scripts/deps.sh --torch "
+          "(Debian's python3-torch)", file=sys.stderr)
+    sys.exit(2)
 
 
 class BasicBlock(nn.Module):
