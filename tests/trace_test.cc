@@ -1,15 +1,21 @@
 // Trace recording (RuntimeOptions::trace_path, mtc-train --record-trace) and replay
 // (src/trace/replay.h): a recorded ResNet-20 trace has every event kind mtc emits, replays
 // to the real run's peak without a budget, stays under a budget with evictions, reports
-// running out of memory as a result, and a malformed trace is an error naming its line.
+// running out of memory as a result, and a malformed trace is an error naming its line:
+// a last line cut short, a tensor no earlier line made, another format version. A trace
+// that ends inside an iteration does not count that iteration (mtc-replay says so).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "mtc/data.h"
 #include "mtc/models.h"
 #include "mtc/runtime.h"
+#include "tool_run.h"
 #include "trace/replay.h"
 
 namespace mtc {
@@ -129,6 +135,258 @@ TEST(Trace, MalformedTraceNamesTheLine) {
   EXPECT_NE(trace.status().message().find("\"us\""), std::string::npos) << trace.status();
   EXPECT_FALSE(load_trace(temp_path("missing.jsonl")).ok());
   std::remove(path.c_str());
+}
+
+// ------------------------------------------------------------------------------------------
+// Traces cut short, unknown tensors, other versions.
+
+constexpr const char* kHeader =
+    R"({"mtc_trace":1,"device":"cpu","compute_bytes":1048576,"comm_bytes":0,"budget_bytes":0,"bytes_per_us":1000})";
+
+// write_trace: the header and `lines`, each ending in a newline unless `final_newline`
+// is false for the last one.
+std::string write_trace(const std::string& name, const std::vector<std::string>& lines,
+                        bool final_newline = true) {
+  const std::string path = temp_path(name.c_str());
+  std::ofstream f(path, std::ios::binary);
+  f << kHeader << "\n";
+  for (size_t i = 0; i < lines.size(); ++i)
+    f << lines[i] << (i + 1 < lines.size() || final_newline ? "\n" : "");
+  return path;
+}
+
+// iteration_lines: iteration `it` of a small training-like program: forward, backward
+// and step marks, one op of 10 us in each phase; ids from 10 * it.
+std::vector<std::string> iteration_lines(int it) {
+  const std::string a = std::to_string(10 * it), b = std::to_string(10 * it + 1),
+                    c = std::to_string(10 * it + 2);
+  return {
+      R"({"e":"mark","mark":"iteration","index":)" + std::to_string(it) + "}",
+      R"({"e":"put","id":)" + a + R"(,"shape":[256],"dtype":"f32"})",
+      R"({"e":"mark","mark":"forward","index":0})",
+      R"({"e":"op","op":"relu","in":[)" + a + "],\"out\":[" + b +
+          R"(],"shapes":[[256]],"dtypes":["f32"],"us":10})",
+      R"({"e":"mark","mark":"backward","index":0})",
+      R"({"e":"op","op":"relu_grad","in":[)" + b + "],\"out\":[" + c +
+          R"(],"shapes":[[256]],"dtypes":["f32"],"us":10})",
+      R"({"e":"mark","mark":"step","index":0})",
+      R"({"e":"op","op":"sgd","in":[1,)" + c + R"(],"out":[],"shapes":[],"us":10,"mutates":[0]})",
+      R"({"e":"release","id":)" + a + "}",
+      R"({"e":"release","id":)" + b + "}",
+      R"({"e":"release","id":)" + c + "}",
+  };
+}
+
+// program: a parameter, then `complete` whole iterations, then the first `partial` lines
+// of one more (0: none).
+std::vector<std::string> program(int complete, size_t partial) {
+  std::vector<std::string> lines = {R"({"e":"put","id":1,"shape":[256],"dtype":"f32","persistent":true})"};
+  for (int it = 1; it <= complete; ++it) {
+    for (std::string& l : iteration_lines(it)) lines.push_back(std::move(l));
+  }
+  const std::vector<std::string> last = iteration_lines(complete + 1);
+  for (size_t i = 0; i < partial && i < last.size(); ++i) lines.push_back(last[i]);
+  return lines;
+}
+
+EvictOptions no_eviction() {
+  EvictOptions none;
+  none.policy = EvictPolicy::kNone;
+  return none;
+}
+
+TEST(TraceCutShort, WholeIterationsAreAllCounted) {
+  auto trace = load_trace(write_trace("whole.jsonl", program(3, 0)));
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->iterations, 3);
+  EXPECT_TRUE(trace->last_iteration_complete);
+  EXPECT_TRUE(trace->cut_short.empty()) << trace->cut_short;
+  auto r = replay(*trace, no_eviction(), 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->counted_iterations, 3);
+  EXPECT_DOUBLE_EQ(r->compute_us, 90.0);
+}
+
+TEST(TraceCutShort, AnIterationWithoutItsStepIsNotCounted) {
+  // The run died after iteration 3's forward op: its backward and step marks never came.
+  auto trace = load_trace(write_trace("inside.jsonl", program(2, 4)));
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->iterations, 2) << "complete iterations only";
+  EXPECT_FALSE(trace->last_iteration_complete);
+  EXPECT_EQ(trace->cut_iteration, 3);
+  EXPECT_NE(trace->cut_short.find("'backward'"), std::string::npos) << trace->cut_short;
+  auto r = replay(*trace, no_eviction(), 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->counted_iterations, 2);
+  EXPECT_DOUBLE_EQ(r->compute_us, 60.0) << "iteration 3's forward op is not counted";
+  auto skipped = replay(*trace, no_eviction(), 1);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(skipped->counted_iterations, 1);
+  EXPECT_DOUBLE_EQ(skipped->compute_us, 30.0);
+}
+
+TEST(TraceCutShort, APartialFileEndsInsideItsLastIteration) {
+  // FILE.partial is a trace its run never closed: even with every mark, the last
+  // iteration may have lost its last ops.
+  const std::vector<std::string> lines = program(3, 0);
+  const std::string closed = write_trace("run.jsonl", lines);
+  const std::string partial = write_trace("run.jsonl.partial", lines);
+  auto whole = load_trace(closed);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(whole->last_iteration_complete);
+  auto cut = load_trace(partial);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_FALSE(cut->last_iteration_complete);
+  EXPECT_EQ(cut->iterations, 2);
+  EXPECT_EQ(cut->cut_iteration, 3);
+  EXPECT_NE(cut->cut_short.find(".partial"), std::string::npos) << cut->cut_short;
+  auto r = replay(*cut, no_eviction(), 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->counted_iterations, 2);
+  EXPECT_DOUBLE_EQ(r->compute_us, 60.0);
+}
+
+TEST(TraceCutShort, ALastLineWithoutItsNewline) {
+  // Cut inside the line: an error naming it.
+  std::vector<std::string> lines = program(2, 4);
+  lines.back().resize(lines.back().size() / 2);
+  const std::string path = write_trace("torn.jsonl", lines, /*final_newline=*/false);
+  auto torn = load_trace(path);
+  ASSERT_FALSE(torn.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(torn.status()));
+  const std::string m(torn.status().message());
+  EXPECT_NE(m.find(absl::StrCat("trace ", path, " line ", lines.size() + 1, ": ")), std::string::npos) << m;
+  EXPECT_NE(m.find("cut short"), std::string::npos) << m;
+
+  // Cut between the line's end and its newline: the line is whole, the iteration is not.
+  auto close = load_trace(write_trace("no-newline.jsonl", program(3, 0), /*final_newline=*/false));
+  ASSERT_TRUE(close.ok()) << close.status();
+  EXPECT_FALSE(close->last_iteration_complete);
+  EXPECT_EQ(close->iterations, 2);
+  EXPECT_NE(close->cut_short.find("newline"), std::string::npos) << close->cut_short;
+
+  // A malformed line followed by a newline is not a cut: it stays "not valid JSON".
+  auto bad =
+      load_trace(write_trace("bad-last.jsonl", {R"({"e":"mark","mark":"iteration","index":1})", "{\"e\":"}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 3: not valid JSON"), std::string::npos) << bad.status();
+  EXPECT_EQ(bad.status().message().find("cut short"), std::string::npos) << bad.status();
+}
+
+TEST(TraceUnknownTensor, IsAnErrorNamingTheLine) {
+  const std::string put1 = R"({"e":"put","id":1,"shape":[4],"dtype":"f32"})";
+  const std::string mark = R"({"e":"mark","mark":"iteration","index":1})";
+  const struct {
+    std::vector<std::string> lines;
+    int line;  // of the file (the header is line 1)
+    const char* what;
+  } cases[] = {
+      {{mark, put1,
+        R"({"e":"op","op":"conv2d","in":[1,77],"out":[2],"shapes":[[4]],"dtypes":["f32"],"us":1})"},
+       4,
+       "op 'conv2d' reads tensor 77, which no earlier line made"},
+      {{mark, put1, R"({"e":"release","id":1})",
+        R"({"e":"op","op":"relu","in":[1],"out":[2],"shapes":[[4]],"us":1})"},
+       5,
+       "op 'relu' reads tensor 1, which line 4 released"},
+      {{put1, R"({"e":"release","id":9})"}, 3, "release of tensor 9, which no earlier line made"},
+      {{put1, R"({"e":"read","id":9})"}, 3, "read of tensor 9, which no earlier line made"},
+      {{put1, R"({"e":"gradient","id":9})"}, 3, "gradient of tensor 9, which no earlier line made"},
+      {{put1, R"({"e":"share","id":2,"of":9})"}, 3, "share of tensor 9, which no earlier line made"},
+      {{put1, put1}, 3, "put makes tensor 1, which line 2 made and no line has released"},
+      {{put1, R"({"e":"op","op":"relu","in":[1],"out":[1],"shapes":[[4]],"us":1})"},
+       3,
+       "op 'relu' makes tensor 1, which line 2 made and no line has released"},
+  };
+  int k = 0;
+  for (const auto& c : cases) {
+    const std::string path = write_trace("unknown" + std::to_string(k++) + ".jsonl", c.lines);
+    auto trace = load_trace(path);
+    ASSERT_FALSE(trace.ok()) << c.what;
+    EXPECT_TRUE(absl::IsInvalidArgument(trace.status()));
+    const std::string m(trace.status().message());
+    EXPECT_NE(m.find(absl::StrCat("trace ", path, " line ", c.line, ": ", c.what)), std::string::npos) << m;
+  }
+}
+
+TEST(TraceUnknownTensor, ReplayOfABuiltTraceNamesTheLine) {
+  // replay() checks handles too, for traces built in memory; it names the event's line.
+  auto trace = load_trace(write_trace("built.jsonl", program(1, 0)));
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  TraceEvent read;
+  read.kind = TraceEvent::Kind::kRead;
+  read.id = 77;
+  read.line = 42;
+  trace->events.push_back(read);
+  auto r = replay(*trace, no_eviction(), 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("line 42: read of tensor 77"), std::string::npos) << r.status();
+}
+
+TEST(TraceVersion, AnotherVersionSaysSo) {
+  const std::string v2 = temp_path("v2.jsonl");
+  std::ofstream(v2) << R"({"mtc_trace":2,"device":"cpu","compute_bytes":1048576})"
+                       "\n";
+  auto t = load_trace(v2);
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status()));
+  EXPECT_NE(
+      t.status().message().find(absl::StrCat("trace ", v2, ": format version 2, this mtc reads version 1")),
+      std::string::npos)
+      << t.status();
+  EXPECT_EQ(t.status().message().find("is this an mtc trace?"), std::string::npos) << t.status();
+
+  const std::string other = temp_path("other.jsonl");
+  std::ofstream(other) << R"({"format":"something else"})"
+                          "\n";
+  auto o = load_trace(other);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("is this an mtc trace?"), std::string::npos) << o.status();
+}
+
+// ------------------------------------------------------------------------------------------
+// mtc-replay, the binary (its path comes from the build).
+
+// run_replay: the tool's status and its output, stdout and stderr together, or stderr alone.
+ToolRun run_replay(const std::string& args, bool stderr_only = false) {
+  return run_tool(std::string(MTC_REPLAY_BINARY) + " " + args +
+                  (stderr_only ? " 2>&1 1>/dev/null" : " 2>&1"));
+}
+
+TEST(TraceReplayCli, NotesAnIterationCutShort) {
+  const std::string path = write_trace("cli-inside.jsonl", program(3, 4));
+  const ToolRun r = run_replay("--trace=" + path + " --budget=none --skip=1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("3 iterations (2 counted)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("note: trace ends inside iteration 4: that iteration is not counted"),
+            std::string::npos)
+      << r.output;
+  const ToolRun whole =
+      run_replay("--trace=" + write_trace("cli-whole.jsonl", program(3, 0)) + " --budget=none");
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  EXPECT_EQ(whole.output.find("note:"), std::string::npos) << whole.output;
+}
+
+TEST(TraceReplayCli, BadTracesExitTwoWithOneLine) {
+  const std::string v2 = temp_path("cli-v2.jsonl");
+  std::ofstream(v2) << R"({"mtc_trace":2,"device":"cpu","compute_bytes":1048576})"
+                       "\n";
+  const std::string unknown = write_trace(
+      "cli-unknown.jsonl", {R"({"e":"mark","mark":"iteration","index":1})",
+                            R"({"e":"op","op":"conv2d","in":[77],"out":[2],"shapes":[[4]],"us":1})"});
+  const struct {
+    std::string path, message;
+  } cases[] = {
+      {v2, "mtc-replay: error: trace " + v2 + ": format version 2, this mtc reads version 1"},
+      {unknown, "mtc-replay: error: trace " + unknown +
+                    " line 3: op 'conv2d' reads tensor 77, which no earlier line made"},
+  };
+  for (const auto& c : cases) {
+    const ToolRun r = run_replay("--trace=" + c.path + " --budget=none", /*stderr_only=*/true);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_EQ(r.output.rfind(c.message, 0), 0u) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
 }
 
 }  // namespace

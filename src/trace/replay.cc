@@ -1,10 +1,19 @@
 // Trace loading and replay on a virtual device. See replay.h and docs/trace-format.md.
 #include "trace/replay.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "commands.h"
 #include "device.h"
 #include "executor.h"
@@ -183,26 +192,169 @@ absl::StatusOr<TraceEvent> parse_event(const json& j,
   return ev;
 }
 
+// uses, makes: how an error names what an event does with a tensor id.
+std::string uses(const TraceEvent& e) {
+  switch (e.kind) {
+    case TraceEvent::Kind::kOp:
+      return absl::StrCat("op '", e.op->name(), "' reads");
+    case TraceEvent::Kind::kRelease:
+      return "release of";
+    case TraceEvent::Kind::kShare:
+      return "share of";
+    case TraceEvent::Kind::kGradient:
+      return "gradient of";
+    case TraceEvent::Kind::kRead:
+      return "read of";
+    default:
+      return "event uses";
+  }
+}
+std::string makes(const TraceEvent& e) {
+  switch (e.kind) {
+    case TraceEvent::Kind::kOp:
+      return absl::StrCat("op '", e.op->name(), "' makes");
+    case TraceEvent::Kind::kShare:
+      return "share makes";
+    default:
+      return "put makes";
+  }
+}
+
+// HandleCheck: which tensor ids are live after each line, the same rules as replay()'s
+// handles, so that load_trace names the line of an id no earlier line made.
+class HandleCheck {
+ public:
+  absl::Status apply(const TraceEvent& e) {
+    switch (e.kind) {
+      case TraceEvent::Kind::kPut:
+        return make(e, e.id);
+      case TraceEvent::Kind::kOp:
+        for (uint64_t id : e.in) MTC_RETURN_IF_ERROR(use(e, id));
+        for (uint64_t id : e.out) MTC_RETURN_IF_ERROR(make(e, id));
+        return absl::OkStatus();
+      case TraceEvent::Kind::kShare:
+        MTC_RETURN_IF_ERROR(use(e, e.of));
+        return make(e, e.id);
+      case TraceEvent::Kind::kRelease:
+        MTC_RETURN_IF_ERROR(use(e, e.id));
+        live_.erase(e.id);
+        released_[e.id] = e.line;
+        return absl::OkStatus();
+      case TraceEvent::Kind::kGradient:
+      case TraceEvent::Kind::kRead:
+        return use(e, e.id);
+      case TraceEvent::Kind::kMark:
+        return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status use(const TraceEvent& e, uint64_t id) const {
+    if (live_.contains(id)) return absl::OkStatus();
+    auto r = released_.find(id);
+    return absl::InvalidArgumentError(absl::StrCat(
+        uses(e), " tensor ", id, ", which ",
+        r == released_.end() ? "no earlier line made" : absl::StrCat("line ", r->second, " released"),
+        ": expected the id of a tensor made (put, op output, share) and not yet released"));
+  }
+  absl::Status make(const TraceEvent& e, uint64_t id) {
+    auto [it, fresh] = live_.try_emplace(id, e.line);
+    if (!fresh) {
+      return absl::InvalidArgumentError(absl::StrCat(makes(e), " tensor ", id, ", which line ", it->second,
+                                                     " made and no line has released: expected a new id"));
+    }
+    released_.erase(id);
+    return absl::OkStatus();
+  }
+  absl::flat_hash_map<uint64_t, int64_t> live_;      // id -> the line that made it
+  absl::flat_hash_map<uint64_t, int64_t> released_;  // id -> the line that released it last
+};
+
+// cut_short_reason: why the trace's last iteration (the events from the last of
+// `iteration_marks` on) counts as incomplete, or "" (docs/trace-format.md, "A trace cut
+// short"). `last_line` is the file's last line; `ends_in_newline`, whether it has one.
+std::string cut_short_reason(const std::string& path, const std::vector<TraceEvent>& events,
+                             const std::vector<size_t>& iteration_marks, bool ends_in_newline,
+                             int64_t last_line) {
+  if (!ends_in_newline) {
+    return absl::StrCat("the file ends inside line ", last_line, ", before its newline");
+  }
+  if (absl::EndsWith(path, ".partial")) {
+    return "a .partial file is a trace its run never closed";
+  }
+  // The marks other than "iteration" that every earlier iteration has, and the last lacks.
+  auto labels = [&](size_t k) {
+    std::set<std::string> out;
+    const size_t end = k + 1 < iteration_marks.size() ? iteration_marks[k + 1] : events.size();
+    for (size_t i = iteration_marks[k] + 1; i < end; ++i) {
+      if (events[i].kind == TraceEvent::Kind::kMark) out.insert(events[i].mark);
+    }
+    return out;
+  };
+  const size_t last = iteration_marks.size() - 1;
+  if (last == 0) return "";
+  std::set<std::string> required = labels(0);
+  for (size_t k = 1; k < last && !required.empty(); ++k) {
+    std::set<std::string> both;
+    const std::set<std::string> here = labels(k);
+    std::set_intersection(required.begin(), required.end(), here.begin(), here.end(),
+                          std::inserter(both, both.begin()));
+    required = std::move(both);
+  }
+  std::vector<std::string> missing;
+  const std::set<std::string> have = labels(last);
+  for (const std::string& l : required) {
+    if (!have.contains(l)) missing.push_back(absl::StrCat("'", l, "'"));
+  }
+  if (missing.empty()) return "";
+  return absl::StrCat("it has no ", absl::StrJoin(missing, ", "), " mark, which every earlier iteration has");
+}
+
 }  // namespace
 
 absl::StatusOr<Trace> load_trace(const std::string& path) {
-  std::ifstream in(path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trace ", path, ": is a directory, expected a trace file"));
+  }
+  std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("trace ", path, ": cannot open it"));
   Trace t;
   absl::flat_hash_map<std::string, std::shared_ptr<const std::string>> names;
+  HandleCheck handles;
+  std::vector<size_t> iteration_marks;  // indexes into t.events
   std::string line;
   int64_t n = 0;
+  bool have_header = false;
+  bool ends_in_newline = true;  // of the last line read
   while (std::getline(in, line)) {
     ++n;
+    ends_in_newline = !in.eof();  // getline stops at the end of the file only without one
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     auto bad = [&](const std::string& why) {
       return absl::InvalidArgumentError(absl::StrCat("trace ", path, " line ", n, ": ", why));
     };
-    if (j.is_discarded()) return bad("not valid JSON");
-    if (n == 1) {
-      if (!j.is_object() || j.value("mtc_trace", 0) != 1) {
+    if (j.is_discarded()) {
+      if (!ends_in_newline) {
+        return bad(
+            "the trace is cut short: the file ends inside this line, which is not valid JSON (as a run "
+            "killed while writing leaves it); expected whole lines, each ending in a newline");
+      }
+      return bad("not valid JSON");
+    }
+    if (!have_header) {
+      have_header = true;
+      if (!j.is_object() || !j.contains("mtc_trace")) {
         return bad("expected the header {\"mtc_trace\":1, ...} (is this an mtc trace?)");
+      }
+      if (!j["mtc_trace"].is_number_integer()) return bad("\"mtc_trace\" must be the format version, 1");
+      if (j["mtc_trace"].get<int64_t>() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": format version ",
+                                                       j["mtc_trace"].get<int64_t>(),
+                                                       ", this mtc reads version 1"));
       }
       t.header.device = j.value("device", std::string("?"));
       t.header.compute_bytes = j.value("compute_bytes", size_t{0});
@@ -214,10 +366,22 @@ absl::StatusOr<Trace> load_trace(const std::string& path) {
     }
     absl::StatusOr<TraceEvent> ev = parse_event(j, names);
     if (!ev.ok()) return bad(std::string(ev.status().message()));
-    if (ev->kind == TraceEvent::Kind::kMark && ev->mark == "iteration") ++t.iterations;
+    ev->line = n;
+    if (absl::Status s = handles.apply(*ev); !s.ok()) return bad(std::string(s.message()));
+    if (ev->kind == TraceEvent::Kind::kMark && ev->mark == "iteration")
+      iteration_marks.push_back(t.events.size());
     t.events.push_back(std::move(*ev));
   }
   if (n == 0) return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": the file is empty"));
+  t.iterations = static_cast<int>(iteration_marks.size());
+  if (!iteration_marks.empty()) {
+    t.cut_short = cut_short_reason(path, t.events, iteration_marks, ends_in_newline, n);
+    if (!t.cut_short.empty()) {
+      t.last_iteration_complete = false;
+      t.cut_iteration = t.iterations;
+      --t.iterations;
+    }
+  }
   return t;
 }
 
@@ -235,16 +399,22 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
   // handles to an existing one, which is released when its last handle is.
   absl::flat_hash_map<uint64_t, uint64_t> tensor_of;  // trace id -> executor id
   absl::flat_hash_map<uint64_t, int> handles;         // executor id -> live handles
-  auto lookup = [&](uint64_t id) -> absl::StatusOr<uint64_t> {
+  // Errors name the event's line (load_trace finds these first in a file it read).
+  auto at = [](const TraceEvent& e) {
+    return e.line > 0 ? absl::StrCat("line ", e.line, ": ") : std::string();
+  };
+  auto lookup = [&](const TraceEvent& e, uint64_t id) -> absl::StatusOr<uint64_t> {
     auto it = tensor_of.find(id);
     if (it == tensor_of.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("the trace uses tensor ", id, " before making it or after releasing it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(at(e), uses(e), " tensor ", id, ", which no earlier event made or an event released"));
     }
     return it->second;
   };
-  auto add_handle = [&](uint64_t id, uint64_t tensor) -> absl::Status {
+  auto add_handle = [&](const TraceEvent& e, uint64_t id, uint64_t tensor) -> absl::Status {
     if (!tensor_of.emplace(id, tensor).second) {
-      return absl::InvalidArgumentError(absl::StrCat("the trace makes tensor ", id, " twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(at(e), makes(e), " tensor ", id, ", which is live already"));
     }
     ++handles[tensor];
     return absl::OkStatus();
@@ -256,11 +426,21 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
     res.out_of_memory = s.code() == absl::StatusCode::kResourceExhausted;
     res.error = std::string(s.message());
   };
-  for (const TraceEvent& e : trace.events) {
+  // A last iteration the trace ends inside is not run: stop at its mark.
+  auto is_iteration = [](const TraceEvent& e) {
+    return e.kind == TraceEvent::Kind::kMark && e.mark == "iteration";
+  };
+  size_t stop_at = trace.events.size();
+  if (!trace.last_iteration_complete) {
+    while (stop_at > 0 && !is_iteration(trace.events[stop_at - 1])) --stop_at;
+    if (stop_at > 0) --stop_at;
+  }
+  for (size_t k = 0; k < stop_at; ++k) {
+    const TraceEvent& e = trace.events[k];
     absl::Status s;
     switch (e.kind) {
       case TraceEvent::Kind::kPut: {
-        MTC_RETURN_IF_ERROR(add_handle(e.id, e.id));
+        MTC_RETURN_IF_ERROR(add_handle(e, e.id, e.id));
         Put p{e.id, e.desc, {}, e.persistent};
         s = ex.execute(p);
         break;
@@ -270,17 +450,17 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
         c.op = e.op;
         c.recomputable = e.recomputable;
         for (uint64_t in : e.in) {
-          MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(in));
+          MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e, in));
           c.inputs.push_back(t);
         }
         const auto& outs = static_cast<const ReplayOp&>(*e.op).outputs();
         for (size_t i = 0; i < e.out.size(); ++i) {
           auto alias = std::find_if(e.aliases.begin(), e.aliases.end(), [&](auto& a) { return a.first == static_cast<int>(i); });
           if (alias != e.aliases.end()) {  // a view: another handle to the input's storage
-            MTC_RETURN_IF_ERROR(add_handle(e.out[i], c.inputs[alias->second]));
+            MTC_RETURN_IF_ERROR(add_handle(e, e.out[i], c.inputs[alias->second]));
             continue;
           }
-          MTC_RETURN_IF_ERROR(add_handle(e.out[i], e.out[i]));
+          MTC_RETURN_IF_ERROR(add_handle(e, e.out[i], e.out[i]));
           c.outputs.push_back(e.out[i]);
           c.output_descs.push_back(outs[i]);
         }
@@ -296,12 +476,12 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
         break;
       }
       case TraceEvent::Kind::kShare: {
-        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e.of));
-        MTC_RETURN_IF_ERROR(add_handle(e.id, t));
+        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e, e.of));
+        MTC_RETURN_IF_ERROR(add_handle(e, e.id, t));
         break;
       }
       case TraceEvent::Kind::kRelease: {
-        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e.id));
+        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e, e.id));
         tensor_of.erase(e.id);
         if (--handles[t] == 0) {
           handles.erase(t);
@@ -311,13 +491,13 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
         break;
       }
       case TraceEvent::Kind::kGradient: {
-        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e.id));
+        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e, e.id));
         MakeGradient g{t};
         s = ex.execute(g);
         break;
       }
       case TraceEvent::Kind::kRead: {
-        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e.id));
+        MTC_ASSIGN_OR_RETURN(uint64_t t, lookup(e, e.id));
         auto r = ex.records().find(t);
         GetValue g{t, nullptr, r == ex.records().end() ? 0 : r->second.desc.bytes(), nullptr};
         s = ex.execute(g);

@@ -35,16 +35,26 @@ struct TraceEvent {
   std::vector<std::pair<int, int>> aliases;  // op: (output, input) sharing storage
   std::string mark;                      // mark
   int64_t index = 0;                     // mark
+  int64_t line = 0;                      // the line of the file (1: the header); 0: none
 };
 
 struct Trace {
   TraceHeader header;
   std::vector<TraceEvent> events;
-  int iterations = 0;  // "iteration" marks
+  // Complete iterations: the "iteration" marks, less the last one when the trace ends
+  // inside that iteration.
+  int iterations = 0;
+  // Whether the trace ends inside its last iteration (a run killed mid-iteration):
+  // replay() stops at that iteration's mark, so it is neither run nor counted.
+  bool last_iteration_complete = true;
+  int cut_iteration = 0;  // that iteration (1 for the first "iteration" mark), when not complete
+  std::string cut_short;  // why it counts as incomplete, when it does
 };
 
 // load_trace: parses FILE; a malformed line is InvalidArgument naming the file, the line
-// number and what was expected.
+// number and what was expected: a last line cut short (no newline, not valid JSON), a
+// tensor id that no earlier line made or that a line released, another format version.
+// Whether the last iteration is complete is decided as docs/trace-format.md says.
 absl::StatusOr<Trace> load_trace(const std::string& path);
 
 struct ReplayResult {
@@ -59,8 +69,9 @@ struct ReplayResult {
 };
 
 // replay: runs the trace under `evict` (its budget_bytes is m*; 0: the region's size).
-// Iterations 1..skip are run but not counted (warm-up, as mtc-train's). Running out of
-// memory is a result, not an error; a trace that names unknown tensors is an error.
+// Iterations 1..skip are run but not counted (warm-up, as mtc-train's); a last iteration
+// the trace ends inside is not run. Running out of memory is a result, not an error; a
+// trace that names unknown tensors is an error naming the event's line.
 absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip);
 
 }  // namespace mtc
