@@ -11,6 +11,8 @@
 #include "alloc/plan.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -79,6 +81,32 @@ bool start_with_stack(pthread_t* id, size_t bytes, F& f) {
 
 uint64_t align_up(uint64_t x, uint64_t a) { return a <= 1 ? x : (x + a - 1) / a * a; }
 
+// The most bytes a plan may span: int64's maximum, so that every offset and end fits the
+// int64 the CSV reader takes (ours and MiniMalloc's).
+constexpr uint64_t kMaxPlanBytes = std::numeric_limits<int64_t>::max();
+
+// add_aligned: adds `size` rounded up to `alignment` to `total`; false, leaving `total`
+// as it was, when the sum would pass kMaxPlanBytes. No plan of buffers whose rounded sizes
+// add up to at most kMaxPlanBytes peaks above that sum.
+bool add_aligned(uint64_t& total, uint64_t size, uint64_t alignment) {
+  if (alignment > kMaxPlanBytes || size > kMaxPlanBytes) return false;
+  const uint64_t rest = alignment <= 1 ? 0 : size % alignment;
+  const uint64_t rounded = rest == 0 ? size : size + (alignment - rest);  // < 2^64: both <= kMaxPlanBytes
+  if (rounded > kMaxPlanBytes - total) return false;
+  total += rounded;
+  return true;
+}
+
+// too_many_bytes: the error for sizes that fail add_aligned, up to `where` (this line).
+std::string too_many_bytes(const char* where, uint64_t alignment) {
+  return absl::StrCat(
+      "the sizes up to ", where,
+      alignment > 1 ? absl::StrCat(", each rounded up to the alignment ", alignment, ",") : "",
+      " add up to more than ", kMaxPlanBytes,
+      " bytes (2^63 - 1), so a plan could place a buffer past what a CSV integer holds: expected sizes "
+      "that total at most that");
+}
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -118,7 +146,7 @@ struct Problem {
   std::vector<uint64_t> bytes;         // bytes as asked (the top buffer's end counts these)
   uint64_t pad = 0;                    // max of size - bytes: rounding, < alignment
   std::vector<int> first, last;        // buffer i is live in cliques [first[i], last[i])
-  std::vector<int64_t> length;         // upper - lower, clock ticks
+  std::vector<uint64_t> length;        // upper - lower, clock ticks (up to 2^64 - 1)
   std::vector<uint64_t> clique_bytes;  // rounded bytes live in each clique
   uint64_t lower_bound = 0;            // max of clique_bytes
   uint64_t overlaps = 0;               // pairs of buffers live at once
@@ -139,7 +167,8 @@ Problem make_problem(const std::vector<PlanBuffer>& buffers, size_t alignment) {
     p.size[i] = align_up(buffers[i].size, p.alignment);
     p.bytes[i] = buffers[i].size;
     p.pad = std::max(p.pad, p.size[i] - p.bytes[i]);
-    p.length[i] = buffers[i].upper - buffers[i].lower;
+    // In uint64_t: a lifetime may span more than int64 holds; upper > lower keeps it exact.
+    p.length[i] = static_cast<uint64_t>(buffers[i].upper) - static_cast<uint64_t>(buffers[i].lower);
   }
   bool grew = false;
   uint64_t live = 0;
@@ -583,7 +612,7 @@ struct SearchIndex {
 
   struct Twin {
     int first, last;
-    int64_t length;
+    uint64_t length;
     uint64_t size;
     bool operator==(const Twin&) const = default;
     template <typename H>
@@ -912,6 +941,17 @@ absl::Status check_buffers(const std::vector<PlanBuffer>& buffers) {
   return absl::OkStatus();
 }
 
+absl::Status check_total_bytes(const std::vector<PlanBuffer>& buffers, size_t alignment) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (!add_aligned(total, buffers[i].size, std::max<size_t>(1, alignment))) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer id ", buffers[i].id, " (index ", i,
+                                                     "): ", too_many_bytes("this buffer", alignment)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 size_t lower_bound(const std::vector<PlanBuffer>& buffers) {
   size_t live = 0, peak = 0;
   for (const Event& e : sorted_events(buffers)) {
@@ -934,21 +974,22 @@ size_t peak_of(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>
 }
 
 absl::Status validate(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>& offsets,
-                      size_t alignment) {
+                      size_t alignment, const std::vector<std::string>& names) {
   if (absl::Status s = check_buffers(buffers); !s.ok()) return s;
   if (offsets.size() != buffers.size()) {
     return absl::InvalidArgumentError(absl::StrCat("the plan has ", offsets.size(), " offsets for ",
                                                    buffers.size(), " buffers: expected one offset per buffer"));
   }
   if (alignment == 0) alignment = 1;
+  auto id = [&](size_t i) { return names.size() == buffers.size() ? names[i] : absl::StrCat(buffers[i].id); };
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (offsets[i] % alignment != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer id ", buffers[i].id, ": offset ", offsets[i],
+      return absl::InvalidArgumentError(absl::StrCat("buffer id ", id(i), ": offset ", offsets[i],
                                                      " is not a multiple of the alignment ", alignment));
     }
     if (offsets[i] > std::numeric_limits<size_t>::max() - buffers[i].size) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer id ", buffers[i].id, ": offset ", offsets[i],
-                                                     " + size ", buffers[i].size, " overflows"));
+      return absl::InvalidArgumentError(absl::StrCat("buffer id ", id(i), ": offset ", offsets[i], " + size ",
+                                                     buffers[i].size, " overflows"));
     }
   }
   // Sweep: the live buffers, by offset, never overlap in memory, so a new buffer can only
@@ -972,9 +1013,9 @@ absl::Status validate(const std::vector<PlanBuffer>& buffers, const std::vector<
       const PlanBuffer& a = buffers[other];
       const PlanBuffer& b = buffers[i];
       return absl::InvalidArgumentError(absl::StrCat(
-          "buffers id ", a.id, " (live [", a.lower, ", ", a.upper, "), bytes [", offsets[other], ", ",
-          offsets[other] + a.size, ")) and id ", b.id, " (live [", b.lower, ", ", b.upper, "), bytes [", lo, ", ",
-          hi, ")) are live at the same time and overlap in memory: expected disjoint byte ranges"));
+          "buffers id ", id(other), " (live [", a.lower, ", ", a.upper, "), bytes [", offsets[other], ", ",
+          offsets[other] + a.size, ")) and id ", id(i), " (live [", b.lower, ", ", b.upper, "), bytes [", lo,
+          ", ", hi, ")) are live at the same time and overlap in memory: expected disjoint byte ranges"));
     }
     live.insert({lo, i});
   }
@@ -1006,6 +1047,9 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const Pl
   if (absl::Status s = check_buffers(buffers); !s.ok()) return s;
   if (options.alignment == 0) {
     return absl::InvalidArgumentError("plan: alignment 0: expected a positive number of bytes (1 for none)");
+  }
+  if (absl::Status s = check_total_bytes(buffers, options.alignment); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("plan: ", s.message()));
   }
   if (options.threads < 0) {
     return absl::InvalidArgumentError(
@@ -1147,7 +1191,11 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const Pl
 // ------------------------------------------------------------------------------------------
 // MiniMalloc CSV
 
-absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path) {
+absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path, size_t alignment) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a CSV file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
@@ -1162,7 +1210,8 @@ absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path) {
   int fields = 0;
   bool have_header = false;
   CsvProblem out;
-  absl::flat_hash_map<int64_t, int> line_of_id;
+  absl::flat_hash_map<std::string, int> line_of_id;
+  uint64_t total = 0;  // sizes rounded up to the alignment
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(body, '\n')) {
     ++line_no;
@@ -1199,8 +1248,14 @@ absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, cells.size(), " fields, expected ", fields, " as in the header"));
     }
+    // The id is a string, as MiniMalloc's; PlanBuffer::id is its value when it is an integer.
+    std::string id = trim(cells[column_of[kId]]);
+    if (id.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "the id is empty: expected a name or a number"));
+    }
     int64_t v[kColumns] = {0, 0, 0, 0, 0};
-    for (int c = 0; c < kColumns; ++c) {
+    if (!absl::SimpleAtoi(id, &v[kId])) v[kId] = static_cast<int64_t>(out.buffers.size());
+    for (int c = kLower; c < kColumns; ++c) {
       if (column_of[c] < 0) continue;
       const std::string cell = trim(cells[column_of[c]]);
       if (!absl::SimpleAtoi(cell, &v[c])) {
@@ -1219,11 +1274,20 @@ absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path) {
     if (column_of[kOffset] >= 0 && v[kOffset] < 0) {
       return absl::InvalidArgumentError(absl::StrCat(where, "offset ", v[kOffset], ": expected an offset >= 0"));
     }
-    if (auto [it, inserted] = line_of_id.try_emplace(v[kId], line_no); !inserted) {
+    if (column_of[kOffset] >= 0 && v[kOffset] > std::numeric_limits<int64_t>::max() - v[kSize]) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, "id ", v[kId], " repeats line ", it->second, ": expected unique ids"));
+          absl::StrCat(where, "offset ", v[kOffset], " + size ", v[kSize], " ends past ", kMaxPlanBytes,
+                       " (2^63 - 1): expected a buffer that ends at or below it"));
+    }
+    if (!add_aligned(total, static_cast<uint64_t>(v[kSize]), std::max<size_t>(1, alignment))) {
+      return absl::InvalidArgumentError(absl::StrCat(where, too_many_bytes("this line", alignment)));
+    }
+    if (auto [it, inserted] = line_of_id.try_emplace(id, line_no); !inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "id ", id, " repeats line ", it->second, ": expected unique ids"));
     }
     out.buffers.push_back({v[kId], v[kLower], v[kUpper], static_cast<size_t>(v[kSize])});
+    out.ids.push_back(std::move(id));
     if (column_of[kOffset] >= 0) out.offsets.push_back(static_cast<size_t>(v[kOffset]));
   }
   if (!have_header) {
@@ -1234,10 +1298,26 @@ absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path) {
 }
 
 absl::Status write_minimalloc_csv(const std::string& path, const std::vector<PlanBuffer>& buffers,
-                                  const std::vector<size_t>& offsets) {
-  if (offsets.size() != buffers.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("write ", path, ": ", offsets.size(), " offsets for ",
-                                                   buffers.size(), " buffers: expected one per buffer"));
+                                  const std::vector<size_t>& offsets, const std::vector<std::string>& ids) {
+  if (offsets.size() != buffers.size() || (!ids.empty() && ids.size() != buffers.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("write ", path, ": ", offsets.size(), " offsets and ", ids.size(), " ids for ",
+                     buffers.size(), " buffers: expected one offset per buffer, and one id or none"));
+  }
+  // Nothing is written that read_minimalloc_csv could not read back.
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const std::string id = ids.empty() ? absl::StrCat(buffers[i].id) : ids[i];
+    if (id.empty() || id != trim(id) || id.find_first_of(",\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("write ", path, ": id '", id,
+                       "' could not be read back: expected a non-empty id without "
+                       "commas, line breaks or surrounding spaces"));
+    }
+    if (buffers[i].size > kMaxPlanBytes || offsets[i] > kMaxPlanBytes - buffers[i].size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "write ", path, ": buffer id ", id, ": offset ", offsets[i], " + size ", buffers[i].size,
+          " ends past ", kMaxPlanBytes, " (2^63 - 1), which the CSV reader cannot take back"));
+    }
   }
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -1247,9 +1327,12 @@ absl::Status write_minimalloc_csv(const std::string& path, const std::vector<Pla
   bool ok = std::fputs("id,lower,upper,size,offset\n", f) >= 0;
   for (size_t i = 0; ok && i < buffers.size(); ++i) {
     const PlanBuffer& b = buffers[i];
-    ok = std::fprintf(f, "%lld,%lld,%lld,%zu,%zu\n", static_cast<long long>(b.id), static_cast<long long>(b.lower),
+    const std::string id = ids.empty() ? absl::StrCat(b.id) : ids[i];
+    ok = std::fprintf(f, "%s,%lld,%lld,%zu,%zu\n", id.c_str(), static_cast<long long>(b.lower),
                       static_cast<long long>(b.upper), b.size, offsets[i]) > 0;
   }
+  // On disk before the rename, so that PATH is never a file cut short.
+  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
   const int saved = errno;
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {

@@ -26,7 +26,8 @@
 namespace mtc::alloc {
 
 // PlanBuffer: one request, live over the half-open interval [lower, upper) of a clock
-// (MiniMalloc's CSV columns id, lower, upper, size). lower < upper, size > 0.
+// (MiniMalloc's CSV columns id, lower, upper, size). lower < upper, size > 0. The id only
+// names the buffer in messages; the CSV's ids, strings, are kept in CsvProblem::ids.
 struct PlanBuffer {
   int64_t id = 0;
   int64_t lower = 0;
@@ -61,23 +62,31 @@ struct PlanResult {
 // check_buffers: InvalidArgument naming the first buffer with lower >= upper or size 0.
 absl::Status check_buffers(const std::vector<PlanBuffer>& buffers);
 
+// check_total_bytes: InvalidArgument when the sizes, each rounded up to the alignment, add
+// up to more than INT64_MAX bytes, naming the buffer where they pass it. No plan peaks
+// above that sum, so below it no offset or end overflows, and every one fits the int64 of
+// MiniMalloc's CSV. plan() and read_minimalloc_csv check it.
+absl::Status check_total_bytes(const std::vector<PlanBuffer>& buffers, size_t alignment = 1);
+
 // lower_bound: the maximum over time of the total size of live buffers. O(n log n).
 size_t lower_bound(const std::vector<PlanBuffer>& buffers);
 
 // validate: OK when offsets has one entry per buffer, each a multiple of alignment, and
 // no two buffers that overlap in time overlap in [offset, offset + size); otherwise
 // InvalidArgument naming the first pair that collides (by id). O(n log n + collisions).
-absl::Status validate(const std::vector<PlanBuffer>& buffers,
-                      const std::vector<size_t>& offsets, size_t alignment = 1);
+// `names`, when given (one per buffer), name the buffers in its messages in place of ids.
+absl::Status validate(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>& offsets,
+                      size_t alignment = 1, const std::vector<std::string>& names = {});
 
 // plan: runs the methods above within options.time_limit_sec and returns the plan with
 // the least peak (validated); it returns early at the goal (the lower bound, or
-// target_peak when higher). InvalidArgument for bad buffers (check_buffers) or options
-// (alignment 0, a negative time limit or thread count).
+// target_peak when higher). InvalidArgument for bad buffers (check_buffers,
+// check_total_bytes) or options (alignment 0, a negative time limit or thread count).
 absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers,
                                 const PlanOptions& options = {});
 
-// The methods one by one, for tests and benchmarks, on buffers that pass check_buffers.
+// The methods one by one, for tests and benchmarks, on buffers that pass check_buffers
+// and check_total_bytes.
 // Each returns offsets (valid, aligned) and runs to the end, however long that takes.
 std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, size_t alignment = 1);
 std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers,
@@ -89,15 +98,22 @@ std::vector<size_t> plan_skyline(const std::vector<PlanBuffer>& buffers, size_t 
 size_t peak_of(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>& offsets);
 
 // MiniMalloc CSV: a header naming id, lower, upper and size (any order; an offset column
-// is read too when present), then one buffer per line. Errors name the file and the line.
+// is read too when present), then one buffer per line. Ids are strings, unique; lower,
+// upper, size and offset are int64. Errors name the file and the line, among them sizes
+// that fail check_total_bytes at `alignment` and an offset + size past INT64_MAX.
 struct CsvProblem {
-  std::vector<PlanBuffer> buffers;
-  std::vector<size_t> offsets;  // filled only when the file has an offset column
+  std::vector<PlanBuffer> buffers;  // id: the id's value when it is an integer, else the buffer's index
+  std::vector<size_t> offsets;      // filled only when the file has an offset column
+  std::vector<std::string> ids;     // the id column as written (trimmed), one per buffer
 };
-absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path);
-// write_minimalloc_csv: id,lower,upper,size,offset; written to PATH.tmp and renamed over
-// PATH, so a failure leaves no half-written file.
+absl::StatusOr<CsvProblem> read_minimalloc_csv(const std::string& path, size_t alignment = 1);
+// write_minimalloc_csv: id,lower,upper,size,offset; written to PATH.tmp, flushed to disk
+// and renamed over PATH, so a failure leaves no half-written file. `ids`, when given, are
+// written in place of the buffers' integer ids. InvalidArgument, before anything is
+// written, for a value read_minimalloc_csv could not take back: an offset + size past
+// INT64_MAX, an id that is empty, has a comma, a line break or surrounding spaces.
 absl::Status write_minimalloc_csv(const std::string& path, const std::vector<PlanBuffer>& buffers,
-                                  const std::vector<size_t>& offsets);
+                                  const std::vector<size_t>& offsets,
+                                  const std::vector<std::string>& ids = {});
 
 }  // namespace mtc::alloc

@@ -1,7 +1,11 @@
 // mtc-plan: the TMA planner (alloc/plan.h) on MiniMalloc's CSV format. Reads buffers
 // (id,lower,upper,size; lifetimes [lower, upper)), plans their offsets, validates the plan,
 // prints the peak against the lower bound and the time, and writes the CSV back with an
-// offset column. See docs/tma.md.
+// offset column. Bad input (a malformed CSV, an --in or --out that cannot serve, sizes
+// whose plan could not be written back) exits 2 before any planning. See docs/tma.md.
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,7 +33,7 @@ namespace mtc {
 namespace {
 
 constexpr int kBadInput = 2;  // bad flags or a malformed file
-constexpr int kFailed = 1;    // the run failed (could not write the plan)
+constexpr int kFailed = 1;    // the run failed (could not write the plan after checking it could)
 [[noreturn]] void fail(int status, const std::string& what) { cli::fail("mtc-plan", status, what); }
 
 uint64_t parse_count(const char* flag, const std::string& text, uint64_t min) {
@@ -62,12 +66,29 @@ int run() {
     fail(kBadInput, absl::StrCat("--method '", method, "': expected all, rules, greedy or skyline"));
   }
 
-  absl::StatusOr<alloc::CsvProblem> problem = alloc::read_minimalloc_csv(in);
+  struct stat st;
+  if (::stat(in.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      fail(kBadInput,
+           absl::StrCat("--in ", in, ": not found, expected a CSV file with columns id,lower,upper,size"));
+    }
+  } else if (S_ISDIR(st.st_mode)) {
+    fail(kBadInput, absl::StrCat("--in ", in, ": is a directory, expected a CSV file"));
+  }
+  // The plan is written to a temporary beside --out and renamed; a place that cannot take
+  // it is refused now, before any planning.
+  if (!out.empty()) {
+    const absl::Status writable = cli::check_output_file("out", out);
+    if (!writable.ok()) fail(kBadInput, std::string(writable.message()));
+  }
+
+  // The reader refuses sizes whose plans could reach past what a CSV integer holds.
+  absl::StatusOr<alloc::CsvProblem> problem = alloc::read_minimalloc_csv(in, options.alignment);
   if (!problem.ok()) fail(kBadInput, std::string(problem.status().message()));
   const std::vector<alloc::PlanBuffer>& buffers = problem->buffers;
   std::printf("mtc-plan: %s: %zu buffers\n", in.c_str(), buffers.size());
   if (!problem->offsets.empty()) {
-    const absl::Status given = alloc::validate(buffers, problem->offsets, options.alignment);
+    const absl::Status given = alloc::validate(buffers, problem->offsets, options.alignment, problem->ids);
     std::printf("input offsets: peak %zu bytes, %s\n", alloc::peak_of(buffers, problem->offsets),
                 given.ok() ? "valid" : absl::StrCat("invalid: ", given.message()).c_str());
   }
@@ -88,7 +109,7 @@ int run() {
     result.method = method;
     result.optimal = result.peak == result.lower_bound;
   }
-  const absl::Status valid = alloc::validate(buffers, result.offsets, options.alignment);
+  const absl::Status valid = alloc::validate(buffers, result.offsets, options.alignment, problem->ids);
   if (!valid.ok()) fail(kFailed, absl::StrCat("the ", result.method, " plan does not validate: ", valid.message()));
   const double ratio = result.lower_bound > 0 ? static_cast<double>(result.peak) / result.lower_bound : 1.0;
   const bool reached = options.target_peak == 0 || result.peak <= options.target_peak;
@@ -99,7 +120,7 @@ int run() {
     std::printf("target peak %zu bytes not reached within %.3g s\n", options.target_peak, time_limit);
   }
   if (!out.empty()) {
-    const absl::Status w = alloc::write_minimalloc_csv(out, buffers, result.offsets);
+    const absl::Status w = alloc::write_minimalloc_csv(out, buffers, result.offsets, problem->ids);
     if (!w.ok()) fail(kFailed, std::string(w.message()));
     std::printf("wrote %s\n", out.c_str());
   }

@@ -6,7 +6,6 @@
 #include "alloc/plan.h"
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,12 +13,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tool_run.h"
 
 namespace mtc::alloc {
 namespace {
@@ -412,25 +413,97 @@ TEST(PlanCsv, WriteFailureLeavesNothingBehind) {
   EXPECT_FALSE(write_minimalloc_csv(temp_dir() + "/short.csv", {{1, 0, 1, 8}}, {}).ok());
 }
 
+TEST(PlanCsv, StringIdsRoundTrip) {
+  // MiniMalloc's ids are strings: kept as written, integers or not.
+  const std::string path =
+      write_file("names.csv", "id,lower,upper,size\nbuf_a,0,10,64\n 7 ,5,15,32\n-x.1,10,20,8\n");
+  absl::StatusOr<CsvProblem> p = read_minimalloc_csv(path);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->ids, (std::vector<std::string>{"buf_a", "7", "-x.1"}));
+  EXPECT_EQ(p->buffers[1].id, 7) << "an integer id keeps its value";
+  const std::vector<size_t> off = plan_greedy_by_size(p->buffers);
+  const std::string out = temp_dir() + "/names.plan.csv";
+  ASSERT_TRUE(write_minimalloc_csv(out, p->buffers, off, p->ids).ok());
+  absl::StatusOr<CsvProblem> back = read_minimalloc_csv(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ids, p->ids);
+  EXPECT_EQ(back->offsets, off);
+  // Validation names string ids.
+  const absl::Status clash = validate(p->buffers, {0, 0, 0}, 1, p->ids);
+  EXPECT_NE(clash.message().find("id buf_a"), std::string::npos) << clash;
+  EXPECT_NE(clash.message().find("id 7"), std::string::npos) << clash;
+  // Repeats are found by the text; an id the reader could not take back is not written.
+  const absl::StatusOr<CsvProblem> twice =
+      read_minimalloc_csv(write_file("names2.csv", "id,lower,upper,size\nbuf_a,0,10,64\nbuf_a,1,2,8\n"));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find(":3: id buf_a repeats line 2"), std::string::npos)
+      << twice.status();
+  const absl::StatusOr<CsvProblem> empty =
+      read_minimalloc_csv(write_file("names3.csv", "id,lower,upper,size\n ,0,10,64\n"));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find(":2: the id is empty"), std::string::npos) << empty.status();
+  EXPECT_FALSE(write_minimalloc_csv(out, {{1, 0, 1, 8}}, {0}, {"a,b"}).ok());
+  EXPECT_FALSE(write_minimalloc_csv(out, {{1, 0, 1, 8}}, {0}, {""}).ok());
+}
+
+TEST(PlanCsv, EveryValueWrittenReadsBack) {
+  // An offset or an end past 2^63 - 1 is not written: the reader could not take it back.
+  const std::string path = temp_dir() + "/2p63.csv";
+  const size_t two63 = size_t{1} << 63;
+  const absl::Status s = write_minimalloc_csv(path, {{1, 0, 1, 8}}, {two63});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("9223372036854775808"), std::string::npos) << s;
+  EXPECT_FALSE(exists(path));
+  EXPECT_FALSE(write_minimalloc_csv(path, {{1, 0, 1, 8}}, {two63 - 8}).ok()) << "its end passes 2^63 - 1";
+  ASSERT_TRUE(write_minimalloc_csv(path, {{1, 0, 1, 8}}, {two63 - 9}).ok());
+  absl::StatusOr<CsvProblem> back = read_minimalloc_csv(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->offsets, std::vector<size_t>{two63 - 9});
+  // The reader holds offsets to the same range.
+  const std::string past =
+      write_file("past.csv", "id,lower,upper,size,offset\n1,0,1,8,9223372036854775800\n");
+  absl::StatusOr<CsvProblem> p = read_minimalloc_csv(past);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find(past + ":2: offset 9223372036854775800 + size 8"), std::string::npos)
+      << p.status();
+}
+
+TEST(PlanCsv, SizesThatAddUpPastTwoToThe63AreRefused) {
+  const std::string path = write_file("sum.csv",
+                                      "id,lower,upper,size\n"
+                                      "1,0,10,9223372036854775807\n"
+                                      "2,20,30,1\n");
+  absl::StatusOr<CsvProblem> p = read_minimalloc_csv(path);
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(p.status()));
+  EXPECT_NE(p.status().message().find(path + ":3: "), std::string::npos) << p.status();
+  ASSERT_TRUE(
+      read_minimalloc_csv(write_file("sum-ok.csv", "id,lower,upper,size\n1,0,10,9223372036854775807\n"))
+          .ok());
+  // plan() holds the same line for buffers built in memory.
+  const std::vector<PlanBuffer> three(3, PlanBuffer{1, 0, 10, size_t{INT64_MAX}});
+  absl::StatusOr<PlanResult> r = plan(three);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+}
+
+TEST(PlanCsv, LifetimesWiderThanTwoToThe63) {
+  // upper - lower does not fit an int64: greedy by size must still see the first buffer
+  // as the longer lived of two of equal size, and place it first.
+  const std::vector<PlanBuffer> b = {
+      {1, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), 8}, {2, 0, 1, 8}};
+  EXPECT_EQ(plan_greedy_by_size(b), (std::vector<size_t>{0, 8}));
+  absl::StatusOr<PlanResult> r = plan(b);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->peak, 16u);
+}
+
 // ------------------------------------------------------------------------------------------
 // mtc-plan, the binary (its path comes from the build).
 
-struct ToolRun {
-  int status = -1;
-  std::string output;
-};
-
-ToolRun run_plan(const std::string& args) {
-  const std::string cmd = std::string(MTC_PLAN_BINARY) + " " + args + " 2>&1";
-  ToolRun r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, got);
-  const int st = pclose(pipe);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+// run_plan: the tool's status and its output, stdout and stderr together, or stderr alone.
+ToolRun run_plan(const std::string& args, bool stderr_only = false) {
+  return run_tool(std::string(MTC_PLAN_BINARY) + " " + args + (stderr_only ? " 2>&1 1>/dev/null" : " 2>&1"));
 }
 
 TEST(PlanCli, PlansWritesAndValidates) {
@@ -475,7 +548,7 @@ TEST(PlanCli, BadFlagsExitTwoWithAClearError) {
       {"--in=" + in + " --method=best", "--method 'best': expected all, rules, greedy or skyline"},
       {"--in=" + in + " --frobnicate=1", "unknown flag --frobnicate"},
       {"--in=" + in + " extra", "unexpected argument 'extra'"},
-      {"--in=" + temp_dir() + "/missing.csv", "cannot open " + temp_dir() + "/missing.csv"},
+      {"--in=" + temp_dir() + "/missing.csv", "--in " + temp_dir() + "/missing.csv: not found"},
   };
   for (const auto& c : cases) {
     const ToolRun r = run_plan(c.args);
@@ -484,12 +557,128 @@ TEST(PlanCli, BadFlagsExitTwoWithAClearError) {
   }
 }
 
-TEST(PlanCli, UnwritableOutputExitsOne) {
-  const std::string in = write_file("cli-ok2.csv", "id,lower,upper,size\n1,0,10,64\n");
-  const ToolRun r = run_plan("--in=" + in + " --out=" + temp_dir() + "/no-such-dir/x.csv");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("cannot write"), std::string::npos) << r.output;
+ToolRun run_plan_stderr(const std::string& args) { return run_plan(args, /*stderr_only=*/true); }
+
+// expect_one_error_line: `r` failed as bad input with exactly one line "mtc-plan: error: ..." on stderr.
+void expect_one_error_line(const ToolRun& r, const std::string& message) {
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("mtc-plan: error: " + message, 0), 0u) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
+TEST(PlanCli, UnwritableOutputIsRefusedBeforePlanning) {
+  const std::string in = write_file("cli-ok2.csv", "id,lower,upper,size\n1,0,10,64\n");
+  const std::string missing = temp_dir() + "/no-such-dir/x.csv";
+  const ToolRun r = run_plan("--in=" + in + " --out=" + missing);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mtc-plan: error: --out " + missing + ": folder " + temp_dir() +
+                          "/no-such-dir does not exist"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("lower bound"), std::string::npos) << "refused before planning\n" << r.output;
+  EXPECT_FALSE(exists(temp_dir() + "/no-such-dir"));
+
+  const std::string dir = temp_dir() + "/out-dir";
+  ASSERT_TRUE(std::filesystem::create_directory(dir));
+  const ToolRun d = run_plan("--in=" + in + " --out=" + dir);
+  EXPECT_EQ(d.status, 2) << d.output;
+  EXPECT_NE(d.output.find("--out " + dir + ": is a directory"), std::string::npos) << d.output;
+  EXPECT_EQ(d.output.find("lower bound"), std::string::npos) << d.output;
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "nothing left behind";
+}
+
+TEST(PlanCli, WritesAtomicallyAndLeavesNoTemporary) {
+  const std::string in = write_file("cli-atomic.csv", "id,lower,upper,size\n1,0,10,64\n2,5,15,32\n");
+  const std::string dir = temp_dir() + "/atomic";
+  ASSERT_TRUE(std::filesystem::create_directory(dir));
+  const std::string out = dir + "/plan.csv";
+  std::ofstream(out) << "an older plan\n";
+  const ToolRun r = run_plan("--in=" + in + " --out=" + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"plan.csv"}) << "only the plan, replaced whole";
+  absl::StatusOr<CsvProblem> back = read_minimalloc_csv(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->buffers.size(), 2u);
+}
+
+TEST(PlanCli, DirectoryOrMissingInputExitsTwo) {
+  const std::string dir = temp_dir() + "/in-dir";
+  ASSERT_TRUE(std::filesystem::create_directory(dir));
+  expect_one_error_line(run_plan_stderr("--in=" + dir),
+                        "--in " + dir + ": is a directory, expected a CSV file");
+  const std::string missing = temp_dir() + "/missing-in.csv";
+  expect_one_error_line(run_plan_stderr("--in=" + missing),
+                        "--in " + missing + ": not found, expected a CSV file");
+}
+
+// live_at_once: a CSV of `n` buffers of `size` bytes, all live over [0, 10).
+std::string live_at_once(const std::string& name, int n, const std::string& size) {
+  std::string text = "id,lower,upper,size\n";
+  for (int i = 1; i <= n; ++i) text += std::to_string(i) + ",0,10," + size + "\n";
+  return write_file(name, text);
+}
+
+TEST(PlanCli, SizesWhoseSumOverflowsExitTwo) {
+  // Three buffers of INT64_MAX bytes live at once: any plan peaks past 2^64.
+  const std::string in = live_at_once("cli-huge.csv", 3, "9223372036854775807");
+  const std::string out = temp_dir() + "/cli-huge.plan.csv";
+  const ToolRun r = run_plan_stderr("--in=" + in + " --out=" + out);
+  expect_one_error_line(r, in + ":3: ");
+  EXPECT_NE(r.output.find("9223372036854775807"), std::string::npos) << r.output;
+  EXPECT_FALSE(exists(out));
+}
+
+TEST(PlanCli, PlansThatCouldNotBeReadBackAreRefused) {
+  // Three buffers of 2^62 bytes live at once: the third would sit at offset 2^63, which no
+  // CSV reader of int64 takes back. The sizes add up past 2^63 - 1 at line 3.
+  const std::string in = live_at_once("cli-2p63.csv", 3, "4611686018427387904");
+  const std::string out = temp_dir() + "/cli-2p63.plan.csv";
+  expect_one_error_line(run_plan_stderr("--in=" + in + " --out=" + out), in + ":3: ");
+  EXPECT_FALSE(exists(out));
+  // The alignment counts: two buffers of 2^62 - 1 bytes fit, but not once rounded up to 2^62.
+  const std::string near = live_at_once("cli-align.csv", 2, "4611686018427387903");
+  const ToolRun ok = run_plan("--in=" + near + " --out=" + out);
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  absl::StatusOr<CsvProblem> back = read_minimalloc_csv(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  expect_one_error_line(run_plan_stderr("--in=" + near + " --alignment=4611686018427387904"), near + ":3: ");
+  expect_one_error_line(run_plan_stderr("--in=" + near + " --alignment=18446744073709551615"), near + ":2: ");
+}
+
+TEST(PlanCli, StringIdsAreWrittenBackUnchanged) {
+  const std::string in =
+      write_file("cli-names.csv", "id,lower,upper,size\nbuf_a,0,10,64\nbuf_b,5,15,32\n007,10,20,64\n");
+  const std::string out = temp_dir() + "/cli-names.plan.csv";
+  const ToolRun r = run_plan("--in=" + in + " --out=" + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream f(out);
+  std::string header, a, b, c;
+  std::getline(f, header);
+  std::getline(f, a);
+  std::getline(f, b);
+  std::getline(f, c);
+  EXPECT_EQ(header, "id,lower,upper,size,offset");
+  EXPECT_EQ(a.rfind("buf_a,0,10,64,", 0), 0u) << a;
+  EXPECT_EQ(b.rfind("buf_b,5,15,32,", 0), 0u) << b;
+  EXPECT_EQ(c.rfind("007,10,20,64,", 0), 0u) << c;
+}
+
+TEST(PlanCli, LifetimesWiderThanTwoToThe63) {
+  const std::string in = write_file("cli-wide.csv",
+                                    "id,lower,upper,size\n"
+                                    "1,-9223372036854775808,9223372036854775807,64\n"
+                                    "2,0,1,64\n");
+  const std::string out = temp_dir() + "/cli-wide.plan.csv";
+  const ToolRun r = run_plan("--in=" + in + " --out=" + out + " --method=greedy");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("peak 128 bytes"), std::string::npos) << r.output;
+  absl::StatusOr<CsvProblem> back = read_minimalloc_csv(out);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->buffers[0].lower, std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(back->offsets, (std::vector<size_t>{0, 64})) << "the longer-lived buffer goes first";
+}
 }  // namespace
 }  // namespace mtc::alloc
