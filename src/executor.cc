@@ -168,8 +168,16 @@ void Executor::rebuild_classes() {
 bool Executor::feeds_dropped(const TensorRecord& r) const { return feeds(r, /*count_evictable=*/false, false); }
 
 // feeds: whether some tensor a user still holds may be regenerated through r: a dropped
-// one with a live handle, or (count_evictable) a resident one that may be dropped later;
-// dropped tensors without a handle are walked through. Past 256 tensors: `otherwise`.
+// one with a live handle, or (count_evictable) a resident one with a live handle that may
+// be dropped later; dropped tensors without a handle are walked through, and so
+// (count_evictable) are resident ones without a handle that may be dropped later. Such a
+// tensor is kept only as a recompute source: what matters is whether anything held lies
+// beyond it. Counting it as held took a snapshot of every parameter at an optimizer step
+// whenever an activation stayed resident past its release (Note [Fake delete]), though
+// the user held only the loss, which is never evicted; in drop mode the snapshots cannot
+// be evicted, and a larger budget, which kept more such activations resident, ran out of
+// memory where a smaller one had not (replayed ViT traces; docs/dte.md). Past 256
+// tensors: `otherwise`.
 bool Executor::feeds(const TensorRecord& r, bool count_evictable, bool otherwise) const {
   absl::InlinedVector<const TensorRecord*, 16> work{&r};
   absl::flat_hash_set<uint64_t> seen;
@@ -182,12 +190,14 @@ bool Executor::feeds(const TensorRecord& r, bool count_evictable, bool otherwise
       if (it == records_.end()) continue;
       const TensorRecord& x = it->second;
       if (x.state == StorageState::kResident) {
-        if (count_evictable && x.candidate_index != SIZE_MAX && droppable(x)) return true;
+        if (!count_evictable || x.candidate_index == SIZE_MAX || !droppable(x)) continue;
+        if (x.handle_alive) return true;
+      } else if (x.state != StorageState::kDropped) {
         continue;
+      } else if (x.handle_alive) {
+        return true;
       }
-      if (x.state != StorageState::kDropped || !seen.insert(u).second) continue;  // walk dropped ones once
-      if (x.handle_alive) return true;
-      work.push_back(&x);
+      if (seen.insert(u).second) work.push_back(&x);  // walk each once
     }
   }
   return false;
@@ -303,47 +313,20 @@ bool Executor::evict_one(bool fragmented) {
   if (n > opts_.sample_above) tries = std::max<size_t>(opts_.sample_above / 4, static_cast<size_t>(std::sqrt(n)));
   TensorRecord* best = nullptr;
   evict::Score best_score;
-  for (size_t k = 0; k < tries; ++k) {
-    TensorRecord* r = tries == n ? candidates_[k] : candidates_[sample_rng_() % n];
-    if (r->pin_count > 0) continue;
-    evict::CandidateStats c;
-    c.bytes = r->block.size;
-    c.compute_us = r->producer ? r->producer->compute_us : 0;
-    // C_s: a swap is two copies, out now and back in before the next use, and on the CPU
-    // both block the op stream. Priced at one copy, mtc kept swapping where dropping was
-    // cheaper once the real copies ran at 5-7 GB/s (replayed ResNet-56, 80-35%).
-    c.swap_us = 2 * static_cast<double>(r->desc.bytes()) / bytes_per_us_;
-    c.recompute_count = r->recompute_count;
-    c.staleness = static_cast<double>(op_clock_ - r->last_access + 1);
-    // The free bytes around t count only when the request failed for want of a large
-    // enough block: then an eviction that merges free blocks is worth more. Over the
-    // budget, any freed byte serves, and counting them made mtc evict by adjacency rather
-    // than by cost (replayed ResNet-56: 1-4% more overhead at 80-25%).
-    if (fragmented) {
-      const alloc::FreeNeighbors fn = device_.compute_region().free_neighbors(r->block);
-      c.free_left = fn.left;
-      c.free_right = fn.right;
+  // scan: scores `tries` candidates (all of them when tries == n); `waiting`: also the
+  // inputs pinned only while they wait for their op's other inputs (Note [Regeneration
+  // order]).
+  auto scan = [&](size_t count, bool waiting) {
+    for (size_t k = 0; k < count; ++k) {
+      TensorRecord* r = count == n ? candidates_[k] : candidates_[sample_rng_() % n];
+      if (r->pin_count > 0 && !(waiting && r->pin_count == waiting_pins(*r))) continue;
+      consider(r, fragmented, best, best_score);
     }
-    c.can_drop = droppable(*r);
-    c.can_swap = true;
-    if (c.can_drop) {
-      absl::InlinedVector<uint64_t, 8> roots;
-      auto visit = [&](uint64_t nb) {
-        if (!classes_.contains(nb)) return;
-        const uint64_t root = classes_.root(nb);
-        if (std::find(roots.begin(), roots.end(), root) != roots.end()) return;
-        roots.push_back(root);
-        c.neighbourhood_us += classes_.class_cost(root);
-      };
-      for (uint64_t nb : r->producer->inputs) visit(nb);
-      for (uint64_t nb : r->users) visit(nb);
-    }
-    const evict::Score s = cost_.score(c);
-    if (s.eligible && (best == nullptr || s.h < best_score.h)) {
-      best = r;
-      best_score = s;
-    }
-  }
+  };
+  scan(tries, /*waiting=*/false);
+  // A sample with nothing eligible in it says nothing of the rest: score them all.
+  if (best == nullptr && tries < n) scan(n, /*waiting=*/false);
+  if (best == nullptr && !waiting_pins_.empty()) scan(n, /*waiting=*/true);
   stats_.search_us += us_since(t0);
   if (best == nullptr) return false;
   if (best_score.action == evict::Action::kSwap) {
@@ -354,6 +337,52 @@ bool Executor::evict_one(bool fragmented) {
   }
   if (fragmented) ++stats_.evict_fragmented;
   return true;
+}
+
+// consider: scores r and keeps it in best when the policy may evict it and it scores lower.
+void Executor::consider(TensorRecord* r, bool fragmented, TensorRecord*& best, evict::Score& best_score) {
+  evict::CandidateStats c;
+  c.bytes = r->block.size;
+  c.compute_us = r->producer ? r->producer->compute_us : 0;
+  // C_s: a swap is two copies, out now and back in before the next use, and on the CPU
+  // both block the op stream. Priced at one copy, mtc kept swapping where dropping was
+  // cheaper once the real copies ran at 5-7 GB/s (replayed ResNet-56, 80-35%).
+  c.swap_us = 2 * static_cast<double>(r->desc.bytes()) / bytes_per_us_;
+  c.recompute_count = r->recompute_count;
+  c.staleness = static_cast<double>(op_clock_ - r->last_access + 1);
+  // The free bytes around t count only when the request failed for want of a large
+  // enough block: then an eviction that merges free blocks is worth more. Over the
+  // budget, any freed byte serves, and counting them made mtc evict by adjacency rather
+  // than by cost (replayed ResNet-56: 1-4% more overhead at 80-25%).
+  if (fragmented) {
+    const alloc::FreeNeighbors fn = device_.compute_region().free_neighbors(r->block);
+    c.free_left = fn.left;
+    c.free_right = fn.right;
+  }
+  c.can_drop = droppable(*r);
+  c.can_swap = true;
+  if (c.can_drop) {
+    absl::InlinedVector<uint64_t, 8> roots;
+    auto visit = [&](uint64_t nb) {
+      if (!classes_.contains(nb)) return;
+      const uint64_t root = classes_.root(nb);
+      if (std::find(roots.begin(), roots.end(), root) != roots.end()) return;
+      roots.push_back(root);
+      c.neighbourhood_us += classes_.class_cost(root);
+    };
+    for (uint64_t nb : r->producer->inputs) visit(nb);
+    for (uint64_t nb : r->users) visit(nb);
+  }
+  const evict::Score s = cost_.score(c);
+  if (s.eligible && (best == nullptr || s.h < best_score.h)) {
+    best = r;
+    best_score = s;
+  }
+}
+
+uint32_t Executor::waiting_pins(const TensorRecord& r) const {
+  auto it = waiting_pins_.find(&r);
+  return it == waiting_pins_.end() ? 0 : it->second;
 }
 
 void Executor::free_compute(alloc::Block b) {
@@ -518,21 +547,44 @@ absl::Status Executor::ensure_resident(TensorRecord& r) {
 // (possibly long) recompute chain. A second pass, with everything else pinned, brings back
 // any resident input evicted meanwhile. Each input is regenerated at most twice, so the
 // work stays linear in the recompute chain (retrying until all fit at once would not).
+// The pin of an input regenerated by the first pass is a waiting pin until the second
+// pass reaches it: when nothing else can be evicted, evict_one may evict it, and the
+// second pass brings it back. Without that, a recompute chain through a residual
+// network's skip connections held one regenerated operand per block (every add's first
+// input while the second recursed into the block before), and a larger budget, whose
+// different earlier evictions led into a longer chain, ran out of memory where a smaller
+// one had not (replayed ResNet-56 and ViT traces, drop mode; docs/dte.md). Such a pin
+// yields only where the request would otherwise fail, so a run that fits is unchanged.
 absl::Status Executor::make_resident(std::span<TensorRecord* const> ins, Pins& pins) {
   for (TensorRecord* r : ins) r->last_access = op_clock_;
-  absl::InlinedVector<bool, 4> pinned(ins.size(), false);
+  absl::InlinedVector<bool, 4> waiting(ins.size(), false);
+  absl::Cleanup stop_waiting = [&] {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (waiting[i]) unwait(*ins[i]);
+    }
+  };
   for (size_t i = 0; i < ins.size(); ++i) {
     if (ins[i]->state == StorageState::kResident) continue;
     pins.add(ins[i]);
-    pinned[i] = true;
+    ++waiting_pins_[ins[i]];
+    waiting[i] = true;
     MTC_RETURN_IF_ERROR(ensure_resident(*ins[i]));
   }
   for (size_t i = 0; i < ins.size(); ++i) {
-    if (pinned[i]) continue;
-    pins.add(ins[i]);
+    if (waiting[i]) {
+      unwait(*ins[i]);
+      waiting[i] = false;
+    } else {
+      pins.add(ins[i]);
+    }
     MTC_RETURN_IF_ERROR(ensure_resident(*ins[i]));
   }
   return absl::OkStatus();
+}
+
+void Executor::unwait(const TensorRecord& r) {
+  auto it = waiting_pins_.find(&r);
+  if (--it->second == 0) waiting_pins_.erase(it);
 }
 
 absl::Status Executor::recompute(TensorRecord& r) {

@@ -118,6 +118,10 @@ class Executor {
   absl::Status run(const std::shared_ptr<ComputePath>& path, std::span<const TensorView> ins,
                    std::span<const TensorView> outs, bool recomputing, double* us);
   bool evict_one(bool fragmented);
+  void consider(TensorRecord* r, bool fragmented, TensorRecord*& best, evict::Score& best_score);
+  // waiting_pins: how many of r's pins are waiting pins (Note [Regeneration order]).
+  uint32_t waiting_pins(const TensorRecord& r) const;
+  void unwait(const TensorRecord& r);
   bool droppable(const TensorRecord& r) const;
   void drop(TensorRecord& r);
   bool feeds_dropped(const TensorRecord& r) const;  // Note [Fake delete]
@@ -154,6 +158,9 @@ class Executor {
   absl::node_hash_map<uint64_t, TensorRecord> records_;
   std::vector<TensorRecord*> candidates_;  // resident, evictable, not below the size floor
   std::vector<OpFrame*> frames_;           // the ops being run, innermost last
+  // Regenerated inputs waiting for their op's other inputs, with how many of their pins
+  // are such waiting pins (Note [Regeneration order] in executor.cc).
+  absl::flat_hash_map<const TensorRecord*, uint32_t> waiting_pins_;
   std::mt19937_64 sample_rng_{0x5eed};
   double bytes_per_us_ = 0;  // gamma: host <-> device copy bandwidth (see note_swap_copy)
   bool refine_gamma_ = false;  // gamma was measured at start-up, so swaps may refine it
