@@ -60,7 +60,7 @@ for spec in $models; do
     { show_tail "$model: the unlimited run failed" "$logs/base.log"; exit 2; }
   peak=$(field "$(summary_line "$logs/base.log")" peak_compute_bytes)
   budgets=()
-  for pct in 80 50 35 25; do budgets+=("$(awk -v p="$peak" -v f="$pct" 'BEGIN{printf "%d", p*f/100}')"); done
+  for pct in 80 50 35 25; do budgets+=("$(awk -v p="$peak" -v f="$pct" 'BEGIN{printf "%dB", p*f/100}')"); done
   budget_list=$(IFS=,; echo "${budgets[*]}")
   replay_out=$("$mtc_replay" --trace "$trace" --policy "$policy" --skip "$warmup" --budget "$budget_list") ||
     { echo "$replay_out" >&2; exit 2; }

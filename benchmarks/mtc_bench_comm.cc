@@ -60,7 +60,11 @@ using comm::DataType;
 constexpr const char* kTool = "mtc-bench-comm";
 constexpr int kBadInput = 2;  // bad flags
 constexpr int kFailed = 1;    // a collective or the output failed
-[[noreturn]] void fail(int status, const std::string& what) { cli::fail(kTool, status, what); }
+// fail: bad flags are checked by every rank alike and reported by rank 0 alone.
+[[noreturn]] void fail(int status, const std::string& what) {
+  if (status == kBadInput) cli::fail_flags(kTool, what);
+  cli::fail(kTool, status, what);
+}
 
 const char* const kAllCollectives[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
                                        "broadcast"};
@@ -161,7 +165,10 @@ Config read_flags() {
     fail(kBadInput, absl::StrCat("--type '", type, "': expected f32 or i32"));
   }
   c.out = absl::GetFlag(FLAGS_out);
-  if (c.out.empty()) fail(kBadInput, "--out is empty: expected a file name for the alpha-beta JSON");
+  // The JSON is written by rank 0 at the end: a path it cannot write is refused now.
+  if (!cli::secondary_rank()) {
+    if (absl::Status s = cli::check_output_file("out", c.out); !s.ok()) fail(kBadInput, std::string(s.message()));
+  }
   c.check = absl::GetFlag(FLAGS_check);
   return c;
 }
@@ -420,37 +427,15 @@ int run(const Config& cfg, int argc, char** argv) {
   return status;
 }
 
-// quiet_unless_rank0: ranks other than 0 of an mpirun job stay silent while the flags are
-// parsed and checked, so that a bad flag is reported once, not once per rank. Returns the
-// saved stderr to restore (-1: nothing was changed).
-int quiet_unless_rank0() {
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (rank == nullptr) rank = std::getenv("PMIX_RANK");
-  if (rank == nullptr || std::string(rank) == "0") return -1;
-  std::fflush(stderr);
-  const int saved = dup(STDERR_FILENO);
-  const int null = open("/dev/null", O_WRONLY);
-  if (null >= 0) {
-    dup2(null, STDERR_FILENO);
-    close(null);
-  }
-  return saved;
-}
-
 }  // namespace
 }  // namespace mtc
 
 int main(int argc, char** argv) {
-  const int saved_stderr = mtc::quiet_unless_rank0();
   mtc::cli::parse_flags(mtc::kTool, "mtc_bench_comm",
                         "times comm/'s collectives over message sizes and fits an alpha-beta model.\n"
                         "  mtc-bench-comm [--flags]                      one rank (local backend)\n"
                         "  mpirun -np N mtc-bench-comm [--flags]         N ranks (mpi, or nccl with GPUs)",
                         argc, argv);
   const mtc::Config cfg = mtc::read_flags();
-  if (saved_stderr >= 0) {
-    dup2(saved_stderr, STDERR_FILENO);
-    close(saved_stderr);
-  }
   return mtc::run(cfg, argc, argv);
 }

@@ -1,23 +1,48 @@
-// Command-line helpers shared by mtc-train and mtc-replay: the one-line error and exit,
-// hyphenated flag names, unknown flags as bad input (status 2), and the parse of them all.
+// Command-line helpers shared by mtc's tools (mtc-train, mtc-replay, mtc-plan,
+// mtc-bench-comm): one contract for every tool's flags.
+//   - a bad flag (unknown, missing or malformed value, a positional argument) prints one
+//     line "TOOL: error: ..." on stderr and exits with status 2; under a launcher (mpirun,
+//     torchrun) only rank 0 prints it, every rank exits 2;
+//   - --help and -h list the tool's flags and exit 0; flags whose help starts with
+//     "testing:" are left out there and listed by --helpfull;
+//   - --version prints mtc's version, build type and the backends built in, and exits 0;
+//   - --record-trace is --record_trace (absl's names take no hyphens).
 #pragma once
 
 #include <string>
+
+#include "absl/status/status.h"
 
 namespace mtc::cli {
 
 // fail: "TOOL: error: WHAT" on stderr, then exit with `status` without running
 // destructors (an interpreter's worker may still hold commands; nothing needs saving).
 [[noreturn]] void fail(const char* tool, int status, const std::string& what);
-// normalize_flag_names: --record-trace is --record_trace (absl's names take no hyphens).
-void normalize_flag_names(int argc, char** argv);
-// check_flag_names: an unknown --flag exits with status 2 naming it (absl's parser would
-// exit with status 1). Help flags and absl's own flags pass through to absl.
-void check_flag_names(const char* tool, int argc, char** argv);
+// fail_flags: a bad flag or flag value, found while every rank of a job checks the same
+// command line: exit status 2, and the line is printed by rank 0 alone (one line per job,
+// not one per rank).
+[[noreturn]] void fail_flags(const char* tool, const std::string& what);
+// secondary_rank: whether the launcher's environment makes this process a rank other than
+// 0 (such a rank prints no flag errors and no help).
+bool secondary_rank();
+// check_output_file: whether a file can be written at `path` (atomically: a temporary in
+// the same folder, then renamed), checked before a tool's work starts: not a directory, in
+// a folder that exists and takes a new file. The probe file is removed; nothing is left.
+// The error names `flag` and what was expected.
+absl::Status check_output_file(const std::string& flag, const std::string& path);
+// given: whether the command line passed parse_flags set flag `name` (its default aside).
+bool given(const std::string& name);
+// passive_omp_wait: the first call of a tool's main() whose kernels use OpenMP. Unless the
+// user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, starts the program again (same process,
+// same arguments) with OMP_WAIT_POLICY=PASSIVE, so that waiting threads sleep rather than
+// spin; returns when the policy is the user's or already set. See omp_defaults.cc.
+void passive_omp_wait(char** argv);
+// version_line: "mtc 0.1.0, Release build, backends: cpu cuda(sm_90) cudnn nccl mpi".
+std::string version_line();
 // parse_flags: the whole command line of TOOL, whose flags are defined in a file whose
 // name contains `source` (--help lists those; absl would match the program name, and
-// "mtc-train" is not "mtc_train"). Normalizes and checks flag names, parses them, and
-// exits with status 2 on a positional argument. `usage` is --help's first lines.
+// "mtc-train" is not "mtc_train"). `usage` is --help's first lines. Returns only when
+// every flag parsed; see the contract above.
 void parse_flags(const char* tool, const char* source, const char* usage, int argc, char** argv);
 
 }  // namespace mtc::cli

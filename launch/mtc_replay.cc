@@ -17,8 +17,8 @@
 
 ABSL_FLAG(std::string, trace, "", "the trace file (JSON lines, from mtc-train --record-trace)");
 ABSL_FLAG(std::string, budget, "",
-          "comma-separated budgets m*: a fraction in (0, 1] of the trace's unlimited peak (0.35), "
-          "a byte size (100MiB), or none");
+          "comma-separated budgets m*: bytes with a unit (100MiB), a percentage of the trace's compute region "
+          "(30%), a percentage of the trace's unlimited peak (35%peak), or none");
 ABSL_FLAG(std::string, policy, "mtc", "eviction policy: mtc|dtr|lru|largest|capuchin");
 ABSL_FLAG(std::string, mode, "both", "evictions allowed: both|drop|swap");
 ABSL_FLAG(int, skip, 1, "iterations run but not counted (warm-up), as mtc-train's --warmup");
@@ -29,31 +29,14 @@ namespace {
 constexpr int kBadValue = 2;
 [[noreturn]] void fail(int status, const std::string& what) { cli::fail("mtc-replay", status, what); }
 
-struct Budget {
-  std::string text;
-  double fraction = 0;  // of the unlimited peak, when > 0
-  size_t bytes = 0;     // else this; 0 with fraction 0: none
-};
-
+// parse_budgets: every budget of the list, each checked before any replay runs.
 std::vector<Budget> parse_budgets(const std::string& list) {
-  if (list.empty()) fail(kBadValue, "--budget is required: e.g. --budget 0.8,0.5,0.35,0.25");
+  if (list.empty()) fail(kBadValue, "--budget is required: e.g. --budget 80%peak,50%peak,35%peak,25%peak");
   std::vector<Budget> out;
   for (absl::string_view item : absl::StrSplit(list, ',')) {
-    Budget b{std::string(item)};
-    const std::string t = b.text;
-    if (t == "none") {
-    } else if (!t.empty() && t.find_first_not_of("0123456789.") == std::string::npos && t.find('.') != std::string::npos) {
-      if (!absl::SimpleAtod(t, &b.fraction) || !(b.fraction > 0 && b.fraction <= 1)) {
-        fail(kBadValue, absl::StrCat("--budget '", t, "': a fraction must be in (0, 1]"));
-      }
-    } else {
-      absl::StatusOr<size_t> v = parse_bytes(t);
-      if (!v.ok() || *v == 0) {
-        fail(kBadValue, absl::StrCat("--budget '", t, "': expected a fraction in (0, 1] such as 0.35, a byte size such as 100MiB, or none"));
-      }
-      b.bytes = *v;
-    }
-    out.push_back(b);
+    absl::StatusOr<Budget> b = parse_budget(std::string(item));
+    if (!b.ok()) fail(kBadValue, absl::StrCat("--budget: ", b.status().message()));
+    out.push_back(*b);
   }
   return out;
 }
@@ -79,7 +62,15 @@ int run() {
                                  " leaves none to count: expected a longer trace or a smaller --skip"));
   }
 
-  // The unlimited run: the reference peak for fractional budgets.
+  // Budgets that need no replay to resolve are checked against the region now, before any
+  // replay; shares of the peak cannot exceed it.
+  for (const Budget& b : budgets) {
+    if (b.kind == Budget::Kind::kPeakShare) continue;
+    absl::StatusOr<size_t> m = resolve_budget(b, trace->header.compute_bytes);
+    if (!m.ok()) fail(kBadValue, absl::StrCat("--budget: ", m.status().message(), " (the trace's compute region)"));
+  }
+
+  // The unlimited run: the reference peak for budgets given as a share of it.
   EvictOptions none = ev;
   none.policy = EvictPolicy::kNone;
   none.budget_bytes = 0;
@@ -92,17 +83,19 @@ int run() {
   std::printf("trace: %s: %zu events, %d iterations (%d counted), %s, unlimited peak %.1f MiB, compute %.1f ms/iter\n",
               path.c_str(), trace->events.size(), trace->iterations, base->counted_iterations,
               trace->header.device.c_str(), peak / 1048576.0, base->compute_us / base->counted_iterations * 1e-3);
+  if (!trace->last_iteration_complete) {
+    std::printf("note: trace ends inside iteration %d: that iteration is not counted (%s)\n", trace->cut_iteration,
+                trace->cut_short.c_str());
+  }
   std::printf("policy %s, mode %s, gamma %.0f MB/s\n", evict_policy_name(ev.policy), evict_mode_name(ev.mode),
               trace->header.bytes_per_us);
   std::printf("%-8s %10s %9s %10s %4s %8s %8s %10s %11s %9s\n", "budget", "MiB", "overhead", "peak_MiB", "oom",
               "drop/it", "swap/it", "recomp/it", "swapMiB/it", "search%");
   for (const Budget& b : budgets) {
     EvictOptions o = ev;
-    o.budget_bytes = b.fraction > 0 ? static_cast<size_t>(b.fraction * peak) : b.bytes;
-    if (o.budget_bytes > trace->header.compute_bytes) {
-      fail(kBadValue, absl::StrCat("--budget ", b.text, " is ", o.budget_bytes, " bytes, above the trace's compute region of ",
-                                   trace->header.compute_bytes, " bytes"));
-    }
+    absl::StatusOr<size_t> m = resolve_budget(b, trace->header.compute_bytes, base->peak_bytes);
+    if (!m.ok()) fail(kBadValue, absl::StrCat("--budget: ", m.status().message()));
+    o.budget_bytes = *m;
     absl::StatusOr<ReplayResult> r = replay(*trace, o, skip);
     if (!r.ok()) fail(kBadValue, absl::StrCat("trace ", path, ": ", r.status().message()));
     const double n = std::max(1, r->counted_iterations);
@@ -124,6 +117,6 @@ int main(int argc, char** argv) {
   mtc::cli::parse_flags("mtc-replay", "mtc_replay",
                          "replays an mtc trace through DTE at several budgets and prints overhead, peak and "
                          "out-of-memory.\n"
-                         "  mtc-replay --trace=resnet56.jsonl --budget=0.8,0.5,0.35,0.25 --policy=mtc", argc, argv);
+                         "  mtc-replay --trace=resnet56.jsonl --budget=80%peak,50%peak,35%peak,25%peak --policy=mtc", argc, argv);
   return mtc::run();
 }

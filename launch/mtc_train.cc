@@ -52,7 +52,7 @@ ABSL_FLAG(std::string, model, "resnet20",
 ABSL_FLAG(FlagText, batch, {"64"}, "samples per iteration (>= 1)");
 ABSL_FLAG(FlagText, iterations, {"50"}, "timed training iterations, after the --warmup ones (>= 1)");
 ABSL_FLAG(FlagText, lr, {"0.1"}, "learning rate (>= 0)");
-ABSL_FLAG(FlagText, momentum, {"0.9"}, "SGD momentum (>= 0)");
+ABSL_FLAG(FlagText, momentum, {"0.9"}, "SGD momentum (>= 0); sgd only (adamw has none)");
 ABSL_FLAG(FlagText, weight_decay, {"5e-4"}, "weight decay (>= 0); decoupled for adamw");
 ABSL_FLAG(std::string, optimizer, "sgd", "optimizer: sgd|adamw");
 ABSL_FLAG(FlagText, seed, {"0"}, "seed of parameter initialisation, synthetic data and shuffling");
@@ -61,19 +61,23 @@ ABSL_FLAG(std::string, data, "synthetic",
           "data: synthetic | cifar10:PATH (a directory with data_batch_1..5.bin, or one file)");
 ABSL_FLAG(std::string, memory, "auto",
           "device arena in bytes, e.g. 2GiB; auto: a quarter of RAM (CPU, at most 16 GiB) or 90% of free GPU "
-          "memory");
+          "memory, divided among the ranks on the machine that share it");
 ABSL_FLAG(std::string, comm_memory, "auto",
           "comm/gradient region inside the arena, e.g. 128MiB; auto: 1/16 of the arena");
-ABSL_FLAG(FlagText, threads, {"0"}, "CPU kernel threads; 0: OMP_NUM_THREADS, else all cores");
-ABSL_FLAG(FlagText, image_size, {"224"}, "resnet50 input height and width (>= 32)");
+ABSL_FLAG(FlagText, threads, {"0"},
+          "CPU kernel threads; 0: OMP_NUM_THREADS, else the cores this process may use divided among the ranks on "
+          "the machine");
+ABSL_FLAG(FlagText, image_size, {"auto"},
+          "input height and width of synthetic data; auto: 224 for resnet50, else 32 (CIFAR-10 data is 32)");
 ABSL_FLAG(FlagText, num_classes, {"10"}, "classes of the model's output and of synthetic labels (>= 1)");
 ABSL_FLAG(FlagText, log_every, {"10"}, "print a progress line every this many iterations (>= 1)");
 ABSL_FLAG(FlagText, warmup, {"2"}, "untimed training iterations before the timed ones (>= 0)");
 ABSL_FLAG(std::string, record_trace, "",
-          "write the executed op stream to this file as JSON lines (docs/trace-format.md), for mtc-replay");
+          "write the executed op stream to this file as JSON lines (docs/trace-format.md), for mtc-replay; with "
+          "more than one rank each writes FILE.rank<R>, or the name with %r replaced by its rank");
 ABSL_FLAG(std::string, budget, "none",
-          "DTE: compute-region budget m*, bytes (e.g. 300MiB) or a fraction of the compute region "
-          "(e.g. 0.3); none: evict only when an allocation does not fit the region");
+          "DTE: compute-region budget m*: bytes with a unit (300MiB), a percentage of the compute region (30%), "
+          "or none (evict only when an allocation does not fit the region)");
 ABSL_FLAG(std::string, evict_policy, "mtc", "DTE: eviction policy: mtc|dtr|lru|largest|capuchin|none");
 ABSL_FLAG(std::string, evict_mode, "both", "DTE: evictions allowed: both|drop|swap");
 ABSL_FLAG(bool, tma, false,
@@ -88,6 +92,8 @@ ABSL_FLAG(bool, sync_bn, false,
           "batch norm over the global batch: statistics all-reduced over the ranks (as SyncBatchNorm)");
 ABSL_FLAG(std::string, bucket_size, "2MiB", "data parallel: gradient bytes per all-reduce bucket");
 ABSL_FLAG(bool, comm_check, false, "check that every rank passes matching arguments to each collective (debug)");
+ABSL_FLAG(bool, allow_nonfinite, false,
+          "keep training when the loss becomes NaN or infinite (default: stop with an error, exit status 1)");
 ABSL_FLAG(FlagText, fail_rank, {"-1"}, "testing: this rank fails at --fail_iteration (-1: none)");
 ABSL_FLAG(FlagText, fail_iteration, {"1"}, "testing: the iteration at which --fail_rank fails (>= 1)");
 ABSL_FLAG(std::string, fail_mode, "error", "testing: how --fail_rank fails: error|exception|kill");
@@ -99,17 +105,25 @@ constexpr int kBadValue = 2;  // exit status for a bad flag value or too little 
 constexpr int kFailure = 1;   // exit status for any other error at run time
 
 launch::World g_world;  // this process's place in the job (one rank when started alone)
+bool g_comm_started = false;  // comm::init has run: the ranks are connected
+// g_pending_trace: the trace file this run opened, while no iteration has run yet; a
+// failure before training starts removes it, so that bad input leaves nothing behind.
+std::string g_pending_trace;
 
 // fail: the one error line, then exit without running destructors (the interpreter's
-// worker may still hold commands; nothing of it needs saving). With more than one rank
-// the line names this rank, and the whole job stops (MPI_Abort): no rank is left waiting
-// in a collective for this one.
+// worker may still hold commands; nothing of it needs saving). Before the ranks connect,
+// every rank checks the same flags: a bad one is reported by rank 0 alone. After, with
+// more than one rank the line names this rank, and the whole job stops (MPI_Abort): no
+// rank is left waiting in a collective for this one.
 [[noreturn]] void fail(int status, const std::string& what) {
-  if (g_world.size > 1 || comm::mpi_initialized()) {
+  if (!g_pending_trace.empty()) std::remove(g_pending_trace.c_str());
+  if (g_comm_started && (g_world.size > 1 || comm::mpi_initialized())) {
     comm::abort_job(status, absl::StrCat("mtc-train: error: rank ", g_world.rank, " of ", g_world.size, ": ", what));
   }
+  if (status == kBadValue) cli::fail_flags("mtc-train", what);
   cli::fail("mtc-train", status, what);
 }
+
 
 // out: printf on rank 0 only; the other ranks print nothing but errors.
 __attribute__((format(printf, 1, 2))) void out(const char* fmt, ...) {
@@ -121,8 +135,8 @@ __attribute__((format(printf, 1, 2))) void out(const char* fmt, ...) {
 }
 
 template <typename T>
-T value_or_exit(absl::StatusOr<T> v) {
-  if (!v.ok()) fail(kBadValue, std::string(v.status().message()));
+T value_or_exit(absl::StatusOr<T> v, const std::string& prefix = "") {
+  if (!v.ok()) fail(kBadValue, absl::StrCat(prefix, v.status().message()));
   return *std::move(v);
 }
 
@@ -165,7 +179,7 @@ struct Flags {
   RuntimeOptions runtime;
   // Ranks.
   std::string comm_backend;
-  bool sync_bn, comm_check;
+  bool sync_bn, comm_check, allow_nonfinite;
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
   std::string fail_mode;
@@ -187,12 +201,17 @@ Flags read_flags() {
   if (f.optimizer != "sgd" && f.optimizer != "adamw") {
     fail(kBadValue, absl::StrCat("--optimizer '", f.optimizer, "': expected sgd or adamw"));
   }
+  if (f.optimizer == "adamw" && cli::given("momentum")) {
+    fail(kBadValue, "--momentum with --optimizer adamw: AdamW has no momentum setting (its moments use betas 0.9 "
+                    "and 0.999); expected --momentum only with sgd");
+  }
   const std::string seed = absl::GetFlag(FLAGS_seed).text;
   if (!absl::SimpleAtoi(seed, &f.seed))
     fail(kBadValue, absl::StrCat("--seed '", seed, "': expected a whole number >= 0"));
   f.data = absl::GetFlag(FLAGS_data);
   f.threads = value_or_exit(int_flag("threads", absl::GetFlag(FLAGS_threads), 0, 4096));
-  f.image_size = value_or_exit(int_flag("image_size", absl::GetFlag(FLAGS_image_size), 32, 4096));
+  const FlagText image_size = absl::GetFlag(FLAGS_image_size);
+  f.image_size = image_size.text == "auto" ? 0 : value_or_exit(int_flag("image_size", image_size, 1, 4096));
   f.num_classes = value_or_exit(int_flag("num_classes", absl::GetFlag(FLAGS_num_classes), 1, 1 << 24));
   f.log_every = value_or_exit(int_flag("log_every", absl::GetFlag(FLAGS_log_every), 1));
   f.warmup = value_or_exit(int_flag("warmup", absl::GetFlag(FLAGS_warmup), 0));
@@ -211,28 +230,41 @@ Flags read_flags() {
   }
   r.evict.policy = value_or_exit(parse_evict_policy(absl::GetFlag(FLAGS_evict_policy)));
   r.evict.mode = value_or_exit(parse_evict_mode(absl::GetFlag(FLAGS_evict_mode)));
-  const std::string budget = absl::GetFlag(FLAGS_budget);
-  auto bad_budget = [&] {
-    fail(kBadValue, absl::StrCat("--budget '", budget,
-                                 "': expected none, a byte size such as 300MiB, or a fraction in (0, 1] such as 0.3"));
-  };
-  if (budget == "none") {
-  } else if (budget.find_first_not_of("0123456789.") == std::string::npos && budget.find('.') != std::string::npos) {
-    double fraction = 0;  // a plain decimal number is a fraction of the compute region
-    if (!absl::SimpleAtod(budget, &fraction) || !(fraction > 0 && fraction <= 1)) bad_budget();
-    r.budget_fraction = fraction;
-  } else {
-    auto b = parse_bytes(budget);
-    if (!b.ok() || *b == 0) bad_budget();
-    r.evict.budget_bytes = *b;
+  const Budget budget = value_or_exit(parse_budget(absl::GetFlag(FLAGS_budget)), "--budget: ");
+  if (budget.kind == Budget::Kind::kPeakShare) {
+    fail(kBadValue, absl::StrCat("--budget '", budget.text,
+                                 "': mtc-train does not know the peak before it runs; expected bytes (300MiB) or a "
+                                 "percentage of the compute region (30%), or mtc-replay for shares of the peak"));
   }
-  r.trace_path = absl::GetFlag(FLAGS_record_trace);
+  if (budget.kind == Budget::Kind::kBytes) r.evict.budget_bytes = budget.bytes;
+  if (budget.kind == Budget::Kind::kRegionShare) r.budget_fraction = budget.share;
+  if (budget.kind != Budget::Kind::kNone && r.evict.policy == EvictPolicy::kNone) {
+    fail(kBadValue, absl::StrCat("--budget ", budget.text, " with --evict_policy none: nothing would be evicted to "
+                                 "keep to it; expected an eviction policy (mtc) or no --budget"));
+  }
+  if (const std::string trace = absl::GetFlag(FLAGS_record_trace); !trace.empty()) {
+    // The name as given and this rank's file: a directory given is refused, not turned
+    // into the sibling file DIR.rank<R>.
+    r.trace_path = launch::per_rank_path(trace, g_world);
+    for (const std::string& p : {trace, r.trace_path}) {
+      if (absl::Status s = cli::check_output_file("record_trace", p); !s.ok()) fail(kBadValue, std::string(s.message()));
+    }
+  }
   r.tma.enabled = absl::GetFlag(FLAGS_tma);
   r.tma.warmup_iterations = value_or_exit(int_flag("tma_warmup", absl::GetFlag(FLAGS_tma_warmup), 1));
   r.tma.plan_time_limit_sec = value_or_exit(real_flag("tma_time_limit", absl::GetFlag(FLAGS_tma_time_limit)));
   if (!(r.tma.plan_time_limit_sec > 0)) {
     fail(kBadValue, absl::StrCat("--tma_time_limit '", absl::GetFlag(FLAGS_tma_time_limit).text,
                                  "': expected a number of seconds > 0"));
+  }
+  // Settings that only matter with another flag: refused without it, not ignored.
+  for (const char* name : {"tma_warmup", "tma_time_limit"}) {
+    if (!r.tma.enabled && cli::given(name)) {
+      fail(kBadValue, absl::StrCat("--", name, " without --tma: it sets TMA, which is off; expected --tma too"));
+    }
+  }
+  if (r.evict.policy == EvictPolicy::kNone && cli::given("evict_mode")) {
+    fail(kBadValue, "--evict_mode with --evict_policy none: nothing is evicted; expected an eviction policy (mtc)");
   }
   r.num_threads = f.threads;
   r.synchronous = absl::GetFlag(FLAGS_sync);
@@ -244,6 +276,7 @@ Flags read_flags() {
   }
   f.sync_bn = absl::GetFlag(FLAGS_sync_bn);
   f.comm_check = absl::GetFlag(FLAGS_comm_check);
+  f.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
   f.bucket_bytes = value_or_exit(bytes_flag("bucket_size", absl::GetFlag(FLAGS_bucket_size)));
   if (f.bucket_bytes == 0) fail(kBadValue, "--bucket_size 'auto': expected a size > 0 such as 2MiB");
   f.fail_rank = value_or_exit(int_flag("fail_rank", absl::GetFlag(FLAGS_fail_rank), -1));
@@ -257,8 +290,15 @@ Flags read_flags() {
                                  " ranks: expected a multiple of the number of ranks (the global batch is split "
                                  "evenly over them)"));
   }
-  // GPUs: the local rank picks one of the visible devices (launch/world.h).
-  if (r.device == "cuda") r.device_ordinal = launch::device_for(g_world, visible_gpus());
+  // GPUs: the local rank picks one of the visible devices (launch/world.h). The ranks on
+  // this machine share its memory and cores (CPU), or a GPU when there are more ranks
+  // than GPUs: auto sizes and default threads are divided among them.
+  r.memory_share = g_world.local_size;
+  if (r.device == "cuda") {
+    const int gpus = visible_gpus();
+    r.device_ordinal = launch::device_for(g_world, gpus);
+    r.memory_share = gpus > 0 ? (g_world.local_size + gpus - 1) / gpus : 1;
+  }
   return f;
 }
 
@@ -342,11 +382,35 @@ std::vector<RankMemory> gather_memory(const MemoryStats& m, const dist::CommPtr&
 }
 
 int run(const Flags& f) {
+  // The data first: a path that cannot be read is reported before any memory is taken or
+  // any file written. CIFAR-10 images are 32x32 whatever the model.
+  const bool cifar = absl::StartsWith(f.data, "cifar10:");
+  if (cifar && f.image_size != 0 && f.image_size != 32) {
+    fail(kBadValue, absl::StrCat("--image_size ", f.image_size, " with CIFAR-10 data, whose images are 32x32: "
+                                 "expected 32 or no --image_size"));
+  }
+  models::ModelOptions mo;
+  mo.num_classes = f.num_classes;
+  mo.image_size = cifar ? 32 : f.image_size;
+  const Shape sample_shape = value_or_exit(models::input_shape(f.model, mo), "--model " + f.model + ": ");
+  std::unique_ptr<data::DataSource> data =
+      value_or_exit(data::open_data(f.data, sample_shape, f.num_classes, f.seed, /*shuffle=*/true), "--data: ");
+  if (cifar && f.num_classes != data->num_classes()) {
+    fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
+  }
+
   auto runtime = Runtime::create(f.runtime);
   if (!runtime.ok()) fail(kBadValue, std::string(runtime.status().message()));
   Runtime& rt = **runtime;
+  if (!f.runtime.trace_path.empty()) g_pending_trace = f.runtime.trace_path + ".partial";
   out("device: %s%s\n", rt.device().describe().c_str(),
               f.runtime.synchronous ? ", synchronous interpreter" : "");
+  if (rt.budget_bytes() > 0) {
+    out("budget: m* %s (%zu bytes) of the compute region's %s, policy %s, mode %s\n",
+        alloc::format_bytes(rt.budget_bytes()).c_str(), rt.budget_bytes(),
+        alloc::format_bytes(rt.device().compute_region().capacity()).c_str(),
+        evict_policy_name(f.runtime.evict.policy), evict_mode_name(f.runtime.evict.mode));
+  }
   const dist::CommPtr comm = make_communicator(f);
   const int per_rank = f.batch / g_world.size;
   if (comm != nullptr) {
@@ -354,11 +418,6 @@ int run(const Flags& f) {
         comm::backend_name(comm->backend()), per_rank, f.sync_bn ? ", synchronised batch norm" : "");
   }
 
-  // CIFAR-10 images are 32x32 whatever the model; --image_size sizes resnet50's input.
-  const bool cifar = absl::StartsWith(f.data, "cifar10:");
-  models::ModelOptions mo;
-  mo.num_classes = f.num_classes;
-  mo.image_size = cifar ? 32 : f.model == "resnet50" ? f.image_size : 0;
   models::Model model = value_or_exit(models::make_model(f.model, mo));
   const int64_t n_params = model.net->num_parameters();
   if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
@@ -373,6 +432,9 @@ int run(const Flags& f) {
               static_cast<long long>(n_params), mib(n_params * sizeof(float)).c_str(),
               shape_str(model.sample_shape).c_str(), f.num_classes);
 
+  if (g_world.size == 1 && cli::given("bucket_size")) {
+    out("note: --bucket_size has no effect on one rank: there is no gradient all-reduce to bucket\n");
+  }
   if (f.sync_bn) dist::convert_sync_batch_norm(*model.net, comm);
   std::unique_ptr<dist::DataParallel> dp;
   if (g_world.size > 1) {
@@ -383,11 +445,6 @@ int run(const Flags& f) {
         mib(fig->bucket_bytes).c_str());
   }
 
-  std::unique_ptr<data::DataSource> data =
-      value_or_exit(data::open_data(f.data, model.sample_shape, f.num_classes, f.seed, /*shuffle=*/true));
-  if (cifar && f.num_classes != data->num_classes()) {
-    fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
-  }
   out("data: %s\n", data->describe().c_str());
 
   std::unique_ptr<optim::Optimizer> opt;
@@ -451,6 +508,7 @@ int run(const Flags& f) {
   for (int it = 1; it <= total; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
     inject_failure(f, it);
+    g_pending_trace.clear();  // training has started: a failure from here leaves FILE.partial
     rt.interpreter().mark("iteration", it);
     absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, data::to_device(host), dp.get());
     if (!loss.ok()) iteration_failed(it, loss.status());
@@ -460,6 +518,17 @@ int run(const Flags& f) {
     if (!l.ok()) iteration_failed(it, l.status());
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss_value = *l;
+    if (!std::isfinite(loss_value) && !f.allow_nonfinite) {
+      // Every rank holds the same global loss and stops here; rank 0 says why.
+      if (g_world.rank == 0) {
+        std::fprintf(stderr,
+                     "mtc-train: error: iteration %d: the loss is %s: training diverged (expected a finite loss; "
+                     "a smaller --lr may help, --allow_nonfinite keeps going)\n",
+                     it, std::isnan(loss_value) ? "NaN" : "infinite");
+      }
+      std::fflush(nullptr);
+      return kFailure;
+    }
     seconds.push_back(dt);
     if (it == f.warmup) {
       ev_start = evict_stats(it);
@@ -525,8 +594,8 @@ int run(const Flags& f) {
         mib(m.m2_peak).c_str(), mib(m.m2_high_water).c_str());
   }
   out(
-      "summary model=%s batch=%d iterations=%d sec_per_iter=%.4f median_sec_per_iter=%.4f "
-      "min_sec_per_iter=%.4f samples_per_sec=%.1f final_loss=%.6f peak_compute_bytes=%zu "
+      "summary model=%s batch=%d iterations=%d sec_per_iter=%.6f median_sec_per_iter=%.6f "
+      "min_sec_per_iter=%.6f samples_per_sec=%.1f final_loss=%.6f peak_compute_bytes=%zu "
       "evict_drop=%llu evict_swap=%llu evict_fragmented=%llu recomputes=%llu recompute_sec=%.4f swapped_bytes=%llu "
       "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f high_water_compute_bytes=%zu tma_hits=%llu "
       "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu ranks=%d peak_comm_bytes=%zu "
@@ -557,15 +626,12 @@ int run(const Flags& f) {
 }  // namespace mtc
 
 int main(int argc, char** argv) {
-  // The job's layout first, so that every later error names this rank.
+  mtc::cli::passive_omp_wait(argv);  // may start this program again, with OMP_WAIT_POLICY set
+  // The job's layout first: flag errors are reported by rank 0 alone, later errors name
+  // the rank.
   absl::StatusOr<mtc::launch::World> world = mtc::launch::world_from_environment();
   if (!world.ok()) mtc::cli::fail("mtc-train", mtc::kBadValue, std::string(world.status().message()));
   mtc::g_world = *world;
-  // Open MPI's waiting threads spin by default. A rank's comm thread waits in MPI while
-  // its kernels run, and with as many ranks as cores the spinning takes their cores:
-  // waiting threads yield instead, unless the user set it (benchmarks/dp_overlap.sh).
-  setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
-  if (absl::Status s = mtc::comm::init(&argc, &argv); !s.ok()) mtc::fail(mtc::kFailure, std::string(s.message()));
   // An exception nothing caught stops the job like any other failure of this rank.
   std::set_terminate([] {
     std::string what = "an uncaught exception";
@@ -579,13 +645,22 @@ int main(int argc, char** argv) {
     }
     mtc::fail(mtc::kFailure, what);
   });
+  // Every flag is checked before the ranks connect: a bad one ends every rank at once,
+  // with status 2 and one line from rank 0.
   mtc::cli::parse_flags("mtc-train", "mtc_train",
-                         "trains a model on the mtc runtime and reports loss, throughput and peak memory.\n"
-                         "  mtc-train --model=resnet56 --batch=64 --iterations=20 [--data=cifar10:PATH] "
-                         "[--memory=2GiB]\n"
-                         "  mpirun -np 4 mtc-train --model=resnet20 --batch=256 [--sync_bn]   (data parallel)",
-                         argc, argv);
-  const int status = mtc::run(mtc::read_flags());
+                        "trains a model on the mtc runtime and reports loss, throughput and peak memory.\n"
+                        "  mtc-train --model=resnet56 --batch=64 --iterations=20 [--data=cifar10:PATH] "
+                        "[--memory=2GiB]\n"
+                        "  mpirun -np 4 mtc-train --model=resnet20 --batch=256 [--sync_bn]   (data parallel)",
+                        argc, argv);
+  const mtc::Flags flags = mtc::read_flags();
+  // Open MPI's waiting threads spin by default. A rank's comm thread waits in MPI while
+  // its kernels run, and with as many ranks as cores the spinning takes their cores:
+  // waiting threads yield instead, unless the user set it (benchmarks/dp_overlap.sh).
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
+  if (absl::Status s = mtc::comm::init(&argc, &argv); !s.ok()) mtc::fail(mtc::kFailure, std::string(s.message()));
+  mtc::g_comm_started = true;
+  const int status = mtc::run(flags);
   mtc::comm::finalize();
   return status;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace mtc::launch {
 namespace {
@@ -56,6 +57,11 @@ absl::StatusOr<World> world_from_environment() {
 
 int device_for(const World& w, int visible_devices) {
   return visible_devices > 0 ? w.local_rank % visible_devices : 0;
+}
+
+std::string per_rank_path(const std::string& path, const World& w) {
+  if (path.find("%r") != std::string::npos) return absl::StrReplaceAll(path, {{"%r", absl::StrCat(w.rank)}});
+  return w.size > 1 ? absl::StrCat(path, ".rank", w.rank) : path;
 }
 
 std::string describe(const World& w) {

@@ -25,6 +25,11 @@ absl::StatusOr<World> world_from_environment();
 // visible GPUs, so ordinal k is the k-th listed there.
 int device_for(const World& w, int visible_devices);
 
+// per_rank_path: the file a rank writes when every rank is given the same name: "%r" in
+// `path` is replaced by the rank; without one, a job of more than one rank appends
+// ".rank<R>" (trace.jsonl -> trace.jsonl.rank1), and a lone rank writes `path` itself.
+std::string per_rank_path(const std::string& path, const World& w);
+
 // describe: "rank 2 of 4 (local 2 of 4, mpirun)".
 std::string describe(const World& w);
 

@@ -19,8 +19,9 @@ struct DeviceOptions {
   DeviceType type = DeviceType::kCPU;
   int ordinal = 0;            // which GPU; 0 on the CPU
   size_t memory_bytes = 0;    // m = m1 + m2; 0 picks a default (see runtime.h)
+  int memory_share = 1;       // processes sharing the device: a default size is divided by it
   size_t comm_bytes = 0;      // m1; 0 picks a default
-  int num_threads = 0;        // CPU kernel threads; 0: OMP_NUM_THREADS or all cores
+  int num_threads = 0;        // CPU kernel threads; 0: OMP_NUM_THREADS or default_threads
 };
 
 class Device {
@@ -75,6 +76,11 @@ class Device {
 // visible_gpus: the GPUs this process can use (CUDA_VISIBLE_DEVICES applied by the CUDA
 // runtime); 0 in a build without the CUDA backend or on a machine without a GPU.
 int visible_gpus();
+
+// default_threads: CPU kernel threads when none are asked for: the cores this process may
+// run on, divided among `processes` processes on the machine unless a launcher already
+// bound this one to its share. At least 1.
+int default_threads(int processes);
 
 // make_device: the device the options name, with its arena taken. Fails with a Status
 // (not a crash) when the memory cannot be had or the device type is not built in.

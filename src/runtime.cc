@@ -46,18 +46,21 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& o
   d.ordinal = opts.device_ordinal;
   d.num_threads = opts.num_threads;
   d.memory_bytes = opts.memory_bytes;
-  if (d.memory_bytes == 0 && d.type == DeviceType::kCPU) d.memory_bytes = default_cpu_memory();
+  d.memory_share = std::max(1, opts.memory_share);
+  if (d.memory_bytes == 0 && d.type == DeviceType::kCPU) d.memory_bytes = default_cpu_memory() / d.memory_share;
   d.comm_bytes = opts.comm_bytes;
   if (d.comm_bytes == 0 && d.memory_bytes != 0) d.comm_bytes = d.memory_bytes / 16;
   std::unique_ptr<Runtime> rt(new Runtime(opts));
   MTC_ASSIGN_OR_RETURN(rt->device_, make_device(d));
   InterpreterOptions io{opts.synchronous, opts.evict, nullptr, opts.tma};
+  Budget b;
   if (opts.budget_fraction > 0) {
-    if (opts.budget_fraction > 1) {
-      return absl::InvalidArgumentError(absl::StrCat("budget fraction ", opts.budget_fraction, " is above 1: expected a fraction of the compute region in (0, 1]"));
-    }
-    io.evict.budget_bytes = static_cast<size_t>(opts.budget_fraction * rt->device_->compute_region().capacity());
+    b = {Budget::Kind::kRegionShare, 0, opts.budget_fraction, absl::StrCat(opts.budget_fraction * 100, "%")};
+  } else if (opts.evict.budget_bytes > 0) {
+    b = {Budget::Kind::kBytes, opts.evict.budget_bytes, 0, alloc::format_bytes(opts.evict.budget_bytes)};
   }
+  MTC_ASSIGN_OR_RETURN(io.evict.budget_bytes, resolve_budget(b, rt->device_->compute_region().capacity()));
+  rt->budget_bytes_ = io.evict.budget_bytes;
   if (!opts.trace_path.empty()) {
     MTC_ASSIGN_OR_RETURN(io.trace, TraceWriter::open(opts.trace_path));
   }
@@ -105,6 +108,60 @@ absl::StatusOr<size_t> parse_bytes(const std::string& text) {
   const double bytes = value * mult;
   if (!(bytes >= 0) || bytes > 1e18) return absl::InvalidArgumentError(absl::StrCat("'", text, "' is out of range"));
   return static_cast<size_t>(std::llround(bytes));
+}
+
+absl::StatusOr<Budget> parse_budget(const std::string& text) {
+  Budget b;
+  b.text = text;
+  const std::string forms =
+      "expected none, bytes with a unit (300MiB, 1B), a percentage of the compute region (30%), or (mtc-replay) "
+      "a percentage of the unlimited peak (30%peak)";
+  if (text == "none") return b;
+  const size_t pct = text.find('%');
+  if (pct != std::string::npos) {
+    const std::string rest = text.substr(pct + 1);
+    double p = 0;
+    if ((rest != "" && rest != "peak") || !absl::SimpleAtod(text.substr(0, pct), &p) || !(p > 0 && p <= 100)) {
+      return absl::InvalidArgumentError(absl::StrCat("budget '", text, "': a percentage must be in (0, 100]; ", forms));
+    }
+    b.kind = rest.empty() ? Budget::Kind::kRegionShare : Budget::Kind::kPeakShare;
+    b.share = p / 100;
+    return b;
+  }
+  if (!text.empty() && text.find_first_not_of("0123456789.") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("budget '", text, "' has no unit, so it could be bytes or a fraction: ",
+                                                   forms));
+  }
+  absl::StatusOr<size_t> v = parse_bytes(text);
+  if (!v.ok() || *v == 0) return absl::InvalidArgumentError(absl::StrCat("budget '", text, "': ", forms));
+  b.kind = Budget::Kind::kBytes;
+  b.bytes = *v;
+  return b;
+}
+
+absl::StatusOr<size_t> resolve_budget(const Budget& b, size_t region, size_t peak) {
+  size_t bytes = 0;
+  switch (b.kind) {
+    case Budget::Kind::kNone: return size_t{0};
+    case Budget::Kind::kBytes: bytes = b.bytes; break;
+    case Budget::Kind::kRegionShare: bytes = static_cast<size_t>(b.share * static_cast<double>(region)); break;
+    case Budget::Kind::kPeakShare:
+      if (peak == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "budget '", b.text, "': a share of the unlimited peak needs that peak, which only mtc-replay knows (from "
+            "its run without a budget): expected bytes (300MiB) or a share of the compute region (30%)"));
+      }
+      bytes = static_cast<size_t>(b.share * static_cast<double>(peak));
+      break;
+  }
+  if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat("budget '", b.text, "' comes to 0 bytes"));
+  if (bytes > region) {
+    return absl::InvalidArgumentError(absl::StrCat("budget '", b.text, "' is ", bytes, " bytes (",
+                                                   alloc::format_bytes(bytes), "), above the compute region of ", region,
+                                                   " bytes (", alloc::format_bytes(region),
+                                                   "): expected at most the region, or a larger --memory"));
+  }
+  return bytes;
 }
 
 }  // namespace mtc

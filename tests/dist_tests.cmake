@@ -1,7 +1,8 @@
 # The runtime's multi-rank tests (included from tests/CMakeLists.txt): the collective ops,
 # synchronised batch norm and DataParallel (dist_mpitest, under mpirun with 1, 2, 4 and 8
-# ranks), data-parallel training against one rank (dp_equivalence.sh) and a rank's failure
-# stopping the job (dp_failure.sh). world_test reads launch/'s world.cc.
+# ranks), data-parallel training against one rank (dp_equivalence.sh), a rank's failure
+# stopping the job (dp_failure.sh), and what a user meets under mpirun: traces, flag errors,
+# default threads and memory (mpirun_front_door.sh). world_test reads launch/'s world.cc.
 if(TARGET world_test)
   target_link_libraries(world_test PRIVATE mtc_cli)
 endif()
@@ -22,6 +23,10 @@ foreach(np 1 2 4 8)
            COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:dist_mpitest>)
   set_tests_properties(dist_mpitest_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 300)
 endforeach()
+add_test(NAME mpirun_front_door
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpirun_front_door.sh $<TARGET_FILE:mtc-train>
+                 $<TARGET_FILE:mtc-replay> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(mpirun_front_door PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
 foreach(script dp_equivalence dp_failure)
   add_test(NAME ${script} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/${script}.sh $<TARGET_FILE:mtc-train>
                                   ${MPIEXEC_EXECUTABLE})

@@ -40,6 +40,62 @@ TEST(ParseBytes, RejectsJunkWithAMessage) {
   EXPECT_FALSE(parse_bytes("99999999999TiB").ok()) << "out of range";
 }
 
+// One budget syntax in every tool: a unit for bytes, a percentage for shares; a bare
+// number is refused (mtc-train once read "1" as 1 byte and "0.3" as 30% of the region,
+// mtc-replay "0.3" as 30% of the peak).
+TEST(ParseBudget, FormsAndTheirMeaning) {
+  absl::StatusOr<Budget> none = parse_budget("none");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->kind, Budget::Kind::kNone);
+  absl::StatusOr<Budget> bytes = parse_budget("300MiB");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(bytes->kind, Budget::Kind::kBytes);
+  EXPECT_EQ(bytes->bytes, size_t{300} << 20);
+  absl::StatusOr<Budget> one = parse_budget("1B");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->bytes, 1u);
+  absl::StatusOr<Budget> region = parse_budget("30%");
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ(region->kind, Budget::Kind::kRegionShare);
+  EXPECT_DOUBLE_EQ(region->share, 0.3);
+  absl::StatusOr<Budget> peak = parse_budget("35%peak");
+  ASSERT_TRUE(peak.ok()) << peak.status();
+  EXPECT_EQ(peak->kind, Budget::Kind::kPeakShare);
+  EXPECT_DOUBLE_EQ(peak->share, 0.35);
+
+  EXPECT_EQ(*resolve_budget(*region, 1000), 300u);
+  EXPECT_EQ(*resolve_budget(*peak, 1000, 200), 70u);
+  EXPECT_EQ(*resolve_budget(*none, 1000), 0u);
+  EXPECT_FALSE(resolve_budget(*peak, 1000).ok()) << "a share of the peak needs the peak";
+  absl::StatusOr<size_t> above = resolve_budget(*bytes, size_t{100} << 20);
+  ASSERT_FALSE(above.ok());
+  EXPECT_NE(above.status().message().find("above the compute region"), std::string::npos) << above.status();
+}
+
+TEST(ParseBudget, RefusesAmbiguousAndJunk) {
+  for (const char* text : {"1", "0.3", "100", "", "lots", "0%", "101%", "-5%", "30%%", "30%region", "0B", "abc%"}) {
+    absl::StatusOr<Budget> b = parse_budget(text);
+    EXPECT_FALSE(b.ok()) << "'" << text << "' was accepted";
+    if (!b.ok()) {
+      EXPECT_NE(b.status().message().find("expected none, bytes with a unit"), std::string::npos) << b.status();
+    }
+  }
+}
+
+TEST(ParseBudget, RuntimeRefusesABudgetAboveTheRegion) {
+  RuntimeOptions o;
+  o.memory_bytes = size_t{64} << 20;
+  o.evict.policy = EvictPolicy::kMtc;
+  o.evict.budget_bytes = size_t{1} << 40;
+  absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::create(o);
+  ASSERT_FALSE(rt.ok());
+  EXPECT_NE(rt.status().message().find("above the compute region"), std::string::npos) << rt.status();
+  o.evict.budget_bytes = size_t{8} << 20;
+  rt = Runtime::create(o);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  EXPECT_EQ((*rt)->budget_bytes(), size_t{8} << 20);
+}
+
 // expect_create_fails: Runtime::create(o) returns `code` with `text` in its message.
 void expect_create_fails(const RuntimeOptions& o, absl::StatusCode code, const std::string& text) {
   absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::create(o);

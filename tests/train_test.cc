@@ -106,10 +106,11 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-ToolRun run_tool(const std::string& args) {
+// run_tool: mtc-train with `args`; with tool = false, `args` is the whole command.
+ToolRun run_tool(const std::string& args, bool tool = true) {
   const std::string base =
       (std::filesystem::temp_directory_path() / ("mtc_train_test_" + std::to_string(::getpid()))).string();
-  const std::string cmd = tool_path() + " " + args + " > " + base + ".out 2> " + base + ".err";
+  const std::string cmd = (tool ? tool_path() + " " : std::string()) + args + " > " + base + ".out 2> " + base + ".err";
   const int raw = std::system(cmd.c_str());
   ToolRun r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
@@ -137,8 +138,14 @@ class MtcTrain : public ::testing::Test {
 
 TEST_F(MtcTrain, UnknownModel) { expect_bad("--model=resnet19", "expected one of resnet20"); }
 TEST_F(MtcTrain, BadEvictionFlags) {
-  expect_bad("--budget=lots", "--budget 'lots': expected none, a byte size");
-  expect_bad("--budget=1.5", "--budget '1.5'");
+  expect_bad("--budget=lots", "budget 'lots': expected none, bytes with a unit");
+  expect_bad("--budget=1.5", "budget '1.5' has no unit");
+  expect_bad("--budget=1", "budget '1' has no unit");  // once read as 1 byte
+  expect_bad("--budget=0.3", "budget '0.3' has no unit");  // once a fraction in mtc-train only
+  expect_bad("--budget=150%", "a percentage must be in (0, 100]");
+  expect_bad("--budget=30%peak", "mtc-train does not know the peak");
+  expect_bad("--budget=100TiB --memory=256MiB", "above the compute region of 251658240 bytes");
+  expect_bad("--budget=30% --evict_policy=none", "with --evict_policy none");
   expect_bad("--evict_policy=fifo", "unknown eviction policy 'fifo'");
   expect_bad("--evict_mode=all", "unknown eviction mode 'all'");
 }
@@ -162,6 +169,100 @@ TEST_F(MtcTrain, BadMemoryText) {
 TEST_F(MtcTrain, BadDeviceAndDataPath) {
   expect_bad("--device=tpu", "expected cpu or cuda");
   expect_bad("--data=cifar10:/nonexistent/cifar", "/nonexistent/cifar");
+}
+
+// The flag contract every tool keeps: a malformed or missing value is status 2 and one
+// line of ours (absl's own parser said "ERROR: Illegal value" and exited with 1).
+TEST_F(MtcTrain, MalformedOrMissingValues) {
+  expect_bad("--tma=maybe", "--tma 'maybe': expected true or false");
+  expect_bad("--iterations", "--iterations needs a value");
+  expect_bad("stray", "unexpected argument 'stray'");
+  expect_bad("--image_size=big", "--image_size 'big'");
+}
+
+TEST_F(MtcTrain, HelpAndVersionExitZero) {
+  for (const char* flag : {"--help", "-h"}) {
+    const ToolRun r = run_tool(flag);
+    EXPECT_EQ(r.status, 0) << flag << ": " << r.err;
+    EXPECT_NE(r.out.find("--budget VALUE"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("--fail_rank"), std::string::npos) << "testing flags stay out of --help:\n" << r.out;
+  }
+  const ToolRun full = run_tool("--helpfull");
+  EXPECT_EQ(full.status, 0);
+  EXPECT_NE(full.out.find("--fail_rank"), std::string::npos) << full.out;
+  const ToolRun v = run_tool("--version");
+  EXPECT_EQ(v.status, 0);
+  EXPECT_EQ(v.out.rfind("mtc-train (mtc ", 0), 0u) << v.out;
+  EXPECT_NE(v.out.find(" build, backends: cpu"), std::string::npos) << v.out;
+  EXPECT_EQ(v.out.find("NDEBUG"), std::string::npos) << v.out;
+}
+
+// Flags that a model or optimizer would ignore are refused rather than ignored.
+TEST_F(MtcTrain, FlagsTheRunWouldIgnore) {
+  expect_bad("--optimizer=adamw --momentum=0.5", "AdamW has no momentum");
+  expect_bad("--data=cifar10:/nonexistent --image_size=64", "CIFAR-10 data, whose images are 32x32");
+  expect_bad("--model=vit_tiny --image_size=30", "multiple of the patch size 4");
+  expect_bad("--model=resnet50 --image_size=16", "expected >= 32");
+  expect_bad("--tma_warmup=3", "--tma_warmup without --tma");
+  expect_bad("--evict_policy=none --evict_mode=drop", "--evict_mode with --evict_policy none");
+}
+
+// --image_size sizes every model's synthetic input, the CIFAR ResNets' too (once it
+// applied to resnet50 alone and was silently ignored otherwise).
+TEST_F(MtcTrain, ImageSizeReachesCifarResNets) {
+  const ToolRun r = run_tool("--model=resnet20 --image_size=16 --batch=2 --iterations=1 --warmup=0 --memory=128MiB "
+                             "--threads=1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("input [3,16,16]"), std::string::npos) << r.out;
+}
+
+// --record_trace: a path that cannot be written is refused before anything runs, and no
+// file is left behind; a failure before training starts removes the trace it opened.
+TEST_F(MtcTrain, TracePathCheckedBeforeTraining) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("mtc_trace_check_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  expect_bad("--record_trace=" + dir.string(), "is a directory");
+  expect_bad("--record_trace=" + (dir / "missing" / "t.jsonl").string(), "does not exist");
+  expect_bad("--record_trace=" + (dir / "t.jsonl").string() + " --memory=1MiB", "too small for the");
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "a refused run left files in " << dir;
+  std::filesystem::remove_all(dir);
+}
+
+// A run whose loss stops being finite fails (status 1, one line) unless told to go on.
+TEST_F(MtcTrain, NonFiniteLossStopsTheRun) {
+  const std::string args = "--model=mlp --batch=8 --iterations=6 --warmup=0 --lr=1e30 --memory=256MiB --threads=1";
+  const ToolRun r = run_tool(args);
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("mtc-train: error: iteration "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("training diverged"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("summary "), std::string::npos) << "no summary for a failed run\n" << r.out;
+  const ToolRun go_on = run_tool(args + " --allow_nonfinite");
+  EXPECT_EQ(go_on.status, 0) << go_on.err;
+  const size_t at = go_on.out.find("final_loss=");
+  ASSERT_NE(at, std::string::npos) << go_on.out;
+  const std::string value = go_on.out.substr(at + 11, 4);
+  EXPECT_TRUE(value.find("nan") != std::string::npos || value.find("inf") != std::string::npos) << go_on.out;
+}
+
+// mtc-train makes OpenMP's waiting threads sleep rather than spin (launch/omp_defaults.cc),
+// unless the user chose a policy.
+TEST_F(MtcTrain, PassiveOpenMpWaitUnlessTheUserChose) {
+  const std::string args = " --model=mlp --batch=4 --iterations=1 --warmup=0 --memory=128MiB";
+  const ToolRun plain = run_tool("env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + tool_path() + args, false);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_NE(plain.out.find("OMP_WAIT_POLICY=PASSIVE"), std::string::npos) << plain.out;
+  const ToolRun chosen = run_tool("env OMP_WAIT_POLICY=ACTIVE " + tool_path() + args, false);
+  ASSERT_EQ(chosen.status, 0) << chosen.err;
+  EXPECT_NE(chosen.out.find("OMP_WAIT_POLICY=ACTIVE"), std::string::npos) << chosen.out;
+}
+
+TEST_F(MtcTrain, PrintsTheResolvedBudget) {
+  const ToolRun r = run_tool("--model=mlp --batch=4 --iterations=1 --warmup=0 --memory=256MiB --comm_memory=16MiB "
+                             "--budget=25% --threads=1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  // 25% of the 240 MiB compute region.
+  EXPECT_NE(r.out.find("budget: m* 60.0 MiB (62914560 bytes)"), std::string::npos) << r.out;
 }
 
 TEST_F(MtcTrain, ShortRunPrintsProgressAndSummary) {

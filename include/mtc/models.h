@@ -144,6 +144,10 @@ struct Model {
 
 // model_names: what make_model knows, e.g. "resnet20".
 std::vector<std::string> model_names();
+// input_shape: the shape of one input sample of model `name` with these options, e.g.
+// [3, 32, 32], checked as make_model checks them, without building anything (no runtime
+// needed): a tool sizes its data before it builds the model.
+absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o = {});
 // make_model: builds a model on the current runtime. An unknown name, or a non-positive
 // number of classes or image size, is InvalidArgument listing what is accepted.
 absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o = {});

@@ -24,51 +24,63 @@ std::vector<std::string> model_names() {
   return out;
 }
 
-absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o) {
-  const Entry* entry = nullptr;
+namespace {
+
+// find: the table's entry of `name`, or InvalidArgument listing the names.
+absl::StatusOr<const Entry*> find(const std::string& name) {
   for (const Entry& e : kModels) {
-    if (name == e.name) entry = &e;
+    if (name == e.name) return &e;
   }
-  if (entry == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown model '", name, "': expected one of ", absl::StrJoin(model_names(), ", ")));
-  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model '", name, "': expected one of ", absl::StrJoin(model_names(), ", ")));
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o) {
+  absl::StatusOr<const Entry*> entry = find(name);
+  if (!entry.ok()) return entry.status();
   if (o.num_classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("number of classes ", o.num_classes, ": expected >= 1"));
   }
   if (o.image_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat("image size ", o.image_size, ": expected >= 1"));
   }
+  const int kind = (*entry)->cifar_n;
+  const int size = o.image_size > 0 ? o.image_size : kind == 0 ? 224 : 32;
+  if (kind == 0 && size < 32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resnet50 image size ", size, ": expected >= 32 (it downsamples by 32)"));
+  }
+  if (kind == -2 && size % VisionTransformerConfig{}.patch != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " image size ", size,
+                                                   ": expected a multiple of the patch size ",
+                                                   VisionTransformerConfig{}.patch));
+  }
+  return Shape{3, size, size};
+}
+
+absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o) {
+  absl::StatusOr<Shape> shape = input_shape(name, o);
+  if (!shape.ok()) return shape.status();
+  const Entry& entry = **find(name);
   Model m;
   m.name = name;
-  if (entry->cifar_n > 0) {
-    const int size = o.image_size > 0 ? o.image_size : 32;
-    m.net = std::make_shared<CifarResNet>(entry->cifar_n, o.num_classes);
-    m.sample_shape = Shape{3, size, size};
-  } else if (entry->cifar_n == 0) {
-    const int size = o.image_size > 0 ? o.image_size : 224;
-    if (size < 32) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("resnet50 image size ", size, ": expected >= 32 (it downsamples by 32)"));
-    }
+  m.sample_shape = *shape;
+  const int size = static_cast<int>((*shape)[1]);
+  if (entry.cifar_n > 0) {
+    m.net = std::make_shared<CifarResNet>(entry.cifar_n, o.num_classes);
+  } else if (entry.cifar_n == 0) {
     m.net = std::make_shared<ImageNetResNet>(std::vector<int>{3, 4, 6, 3}, o.num_classes);
-    m.sample_shape = Shape{3, size, size};
-  } else if (entry->cifar_n == -2) {
+  } else if (entry.cifar_n == -2) {
     VisionTransformerConfig c;  // vit_tiny: D 128, 4 heads, 4 blocks, patch 4
-    c.image_size = o.image_size > 0 ? o.image_size : 32;
+    c.image_size = size;
     c.num_classes = o.num_classes;
-    if (c.image_size % c.patch != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " image size ", c.image_size, ": expected a multiple of the patch size ", c.patch));
-    }
     m.net = std::make_shared<VisionTransformer>(c);
-    m.sample_shape = Shape{3, c.image_size, c.image_size};
   } else {
-    const int size = o.image_size > 0 ? o.image_size : 32;
     for (int64_t h : o.mlp_hidden) {
       if (h < 1) return absl::InvalidArgumentError(absl::StrCat("mlp hidden width ", h, ": expected >= 1"));
     }
-    m.sample_shape = Shape{3, size, size};
     m.net = std::make_shared<Mlp>(numel(m.sample_shape), o.mlp_hidden, o.num_classes);
   }
   return m;

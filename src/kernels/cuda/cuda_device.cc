@@ -224,7 +224,7 @@ absl::StatusOr<std::shared_ptr<Device>> make_cuda_device(const DeviceOptions& o)
   size_t free_bytes = 0, total_bytes = 0;
   MTC_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   // 0: 90% of what is free now, as runtime.h says.
-  size_t total = o.memory_bytes != 0 ? o.memory_bytes : free_bytes / 10 * 9;
+  size_t total = o.memory_bytes != 0 ? o.memory_bytes : free_bytes / 10 * 9 / std::max(1, o.memory_share);
   total = total / alloc::kAlignment * alloc::kAlignment;
   size_t comm = o.comm_bytes != 0 ? o.comm_bytes : total / 16;
   comm = comm / alloc::kAlignment * alloc::kAlignment;
