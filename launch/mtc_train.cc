@@ -381,9 +381,16 @@ std::vector<RankMemory> gather_memory(const MemoryStats& m, const dist::CommPtr&
   return r;
 }
 
-int run(const Flags& f) {
-  // The data first: a path that cannot be read is reported before any memory is taken or
-  // any file written. CIFAR-10 images are 32x32 whatever the model.
+// Input: the data source and the shape of one sample, opened before the ranks connect,
+// the arena is taken or the model built: a path that cannot be read is a flag error,
+// reported once (by rank 0) and before anything is written.
+struct Input {
+  std::unique_ptr<data::DataSource> data;
+  Shape sample_shape;
+};
+
+Input open_input(const Flags& f) {
+  // CIFAR-10 images are 32x32 whatever the model.
   const bool cifar = absl::StartsWith(f.data, "cifar10:");
   if (cifar && f.image_size != 0 && f.image_size != 32) {
     fail(kBadValue, absl::StrCat("--image_size ", f.image_size, " with CIFAR-10 data, whose images are 32x32: "
@@ -392,13 +399,17 @@ int run(const Flags& f) {
   models::ModelOptions mo;
   mo.num_classes = f.num_classes;
   mo.image_size = cifar ? 32 : f.image_size;
-  const Shape sample_shape = value_or_exit(models::input_shape(f.model, mo), "--model " + f.model + ": ");
-  std::unique_ptr<data::DataSource> data =
-      value_or_exit(data::open_data(f.data, sample_shape, f.num_classes, f.seed, /*shuffle=*/true), "--data: ");
-  if (cifar && f.num_classes != data->num_classes()) {
+  Input in;
+  in.sample_shape = value_or_exit(models::input_shape(f.model, mo), "--model " + f.model + ": ");
+  in.data = value_or_exit(data::open_data(f.data, in.sample_shape, f.num_classes, f.seed, /*shuffle=*/true), "--data: ");
+  if (cifar && f.num_classes != in.data->num_classes()) {
     fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
   }
+  return in;
+}
 
+int run(const Flags& f, Input input) {
+  std::unique_ptr<data::DataSource>& data = input.data;
   auto runtime = Runtime::create(f.runtime);
   if (!runtime.ok()) fail(kBadValue, std::string(runtime.status().message()));
   Runtime& rt = **runtime;
@@ -418,6 +429,9 @@ int run(const Flags& f) {
         comm::backend_name(comm->backend()), per_rank, f.sync_bn ? ", synchronised batch norm" : "");
   }
 
+  models::ModelOptions mo;
+  mo.num_classes = f.num_classes;
+  mo.image_size = static_cast<int>(input.sample_shape[1]);
   models::Model model = value_or_exit(models::make_model(f.model, mo));
   const int64_t n_params = model.net->num_parameters();
   if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
@@ -654,13 +668,14 @@ int main(int argc, char** argv) {
                         "  mpirun -np 4 mtc-train --model=resnet20 --batch=256 [--sync_bn]   (data parallel)",
                         argc, argv);
   const mtc::Flags flags = mtc::read_flags();
+  mtc::Input input = mtc::open_input(flags);
   // Open MPI's waiting threads spin by default. A rank's comm thread waits in MPI while
   // its kernels run, and with as many ranks as cores the spinning takes their cores:
   // waiting threads yield instead, unless the user set it (benchmarks/dp_overlap.sh).
   setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
   if (absl::Status s = mtc::comm::init(&argc, &argv); !s.ok()) mtc::fail(mtc::kFailure, std::string(s.message()));
   mtc::g_comm_started = true;
-  const int status = mtc::run(flags);
+  const int status = mtc::run(flags, std::move(input));
   mtc::comm::finalize();
   return status;
 }

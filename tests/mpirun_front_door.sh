@@ -3,7 +3,8 @@
 #   - --record_trace F: each rank writes its own file (F.rank<R>, or %r in the name), every
 #     one a complete trace that mtc-replay reads; a path that cannot be written is refused
 #     before training, with status 2, one error line, and nothing left behind;
-#   - a bad flag: status 2 and the error line printed once (by rank 0), not once per rank;
+#   - a bad flag or data path: status 2 and the error line printed once (by rank 0), not
+#     once per rank;
 #   - default threads: the cores divided among the ranks on the machine, and --memory
 #     auto likewise divided.
 # Usage: mpirun_front_door.sh MTC_TRAIN MTC_REPLAY MPIRUN   (run by ctest: tests/dist_tests.cmake)
@@ -46,13 +47,15 @@ for bad in "$tmp/empty/missing/t.jsonl" "$tmp/empty"; do
 done
 echo "unwritable trace paths: refused, status 2, one line"
 
-# A bad flag: one line for the whole job.
-run2 --batch=x >"$tmp/out" 2>"$tmp/err"
-rc=$?
-lines=$(grep -c '^mtc-train: error: ' "$tmp/err")
-[ "$rc" -eq 2 ] || failed "--batch=x: exit status $rc, expected 2"
-[ "$lines" -eq 1 ] || failed "--batch=x: $lines error lines from 2 ranks, expected 1: $(cat "$tmp/err")"
-echo "bad flag under mpirun: status $rc, $lines error line"
+# A bad flag or data path: one line for the whole job.
+for bad in --batch=x --data=cifar10:"$tmp/none.bin"; do
+  run2 "$bad" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  lines=$(grep -c '^mtc-train: error: ' "$tmp/err")
+  [ "$rc" -eq 2 ] || failed "$bad: exit status $rc, expected 2"
+  [ "$lines" -eq 1 ] || failed "$bad: $lines error lines from 2 ranks, expected 1: $(cat "$tmp/err")"
+  echo "$bad under mpirun: status $rc, $lines error line"
+done
 
 # Default threads and memory: divided among the ranks on the machine.
 cores=$(nproc)
