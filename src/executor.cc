@@ -553,8 +553,8 @@ absl::Status Executor::ensure_resident(TensorRecord& r) {
 // network's skip connections held one regenerated operand per block (every add's first
 // input while the second recursed into the block before), and a larger budget, whose
 // different earlier evictions led into a longer chain, ran out of memory where a smaller
-// one had not (replayed ResNet-56 and ViT traces, drop mode; docs/dte.md). Such a pin
-// yields only where the request would otherwise fail, so a run that fits is unchanged.
+// one had not (replayed ResNet-56 traces, drop mode; docs/dte.md). Such a pin yields
+// only where the request would otherwise fail, so a run that fits is unchanged.
 absl::Status Executor::make_resident(std::span<TensorRecord* const> ins, Pins& pins) {
   for (TensorRecord* r : ins) r->last_access = op_clock_;
   absl::InlinedVector<bool, 4> waiting(ins.size(), false);
