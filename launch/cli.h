@@ -32,11 +32,6 @@ bool secondary_rank();
 absl::Status check_output_file(const std::string& flag, const std::string& path);
 // given: whether the command line passed parse_flags set flag `name` (its default aside).
 bool given(const std::string& name);
-// passive_omp_wait: the first call of a tool's main() whose kernels use OpenMP. Unless the
-// user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, starts the program again (same process,
-// same arguments) with OMP_WAIT_POLICY=PASSIVE, so that waiting threads sleep rather than
-// spin; returns when the policy is the user's or already set. See omp_defaults.cc.
-void passive_omp_wait(char** argv);
 // version_line: "mtc 0.1.0, Release build, backends: cpu cuda(sm_90) cudnn nccl mpi".
 std::string version_line();
 // parse_flags: the whole command line of TOOL, whose flags are defined in a file whose

@@ -266,6 +266,19 @@ Flags read_flags() {
   if (r.evict.policy == EvictPolicy::kNone && cli::given("evict_mode")) {
     fail(kBadValue, "--evict_mode with --evict_policy none: nothing is evicted; expected an eviction policy (mtc)");
   }
+  // Default threads: the cores divided among the ranks on this machine (default_threads),
+  // and no more than the cores that are idle now: with another process keeping one of 2
+  // cores busy, ResNet-56 ran 1.6x faster on one thread than on two (docs/cpu.md).
+  if (f.threads == 0 && r.device == "cpu" && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int share = default_threads(g_world.local_size);
+    const int idle = idle_cores(0.1);
+    f.threads = idle < 0 ? share : std::clamp(idle / g_world.local_size, 1, share);
+    if (f.threads < share) {
+      out("note: %d of the %d cores this process may use were busy at start-up: %d kernel thread%s instead of %d "
+          "(--threads sets it)\n",
+          default_threads(1) - idle, default_threads(1), f.threads, f.threads == 1 ? "" : "s", share);
+    }
+  }
   r.num_threads = f.threads;
   r.synchronous = absl::GetFlag(FLAGS_sync);
   r.seed = f.seed;
@@ -640,7 +653,6 @@ int run(const Flags& f, Input input) {
 }  // namespace mtc
 
 int main(int argc, char** argv) {
-  mtc::cli::passive_omp_wait(argv);  // may start this program again, with OMP_WAIT_POLICY set
   // The job's layout first: flag errors are reported by rank 0 alone, later errors name
   // the rank.
   absl::StatusOr<mtc::launch::World> world = mtc::launch::world_from_environment();

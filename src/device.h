@@ -82,6 +82,11 @@ int visible_gpus();
 // bound this one to its share. At least 1.
 int default_threads(int processes);
 
+// idle_cores: of the cores this process may run on, how many were mostly idle (busy under
+// half the time) over `sample_sec` seconds, read from /proc/stat; -1 when that cannot be
+// read. A core another process keeps busy is not counted.
+int idle_cores(double sample_sec);
+
 // make_device: the device the options name, with its arena taken. Fails with a Status
 // (not a crash) when the memory cannot be had or the device type is not built in.
 absl::StatusOr<std::shared_ptr<Device>> make_device(const DeviceOptions& opts);

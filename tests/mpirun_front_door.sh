@@ -5,8 +5,8 @@
 #     before training, with status 2, one error line, and nothing left behind;
 #   - a bad flag or data path: status 2 and the error line printed once (by rank 0), not
 #     once per rank;
-#   - default threads: the cores divided among the ranks on the machine, and --memory
-#     auto likewise divided.
+#   - default threads: at most the cores divided among the ranks on the machine, and
+#     --memory auto likewise divided.
 # Usage: mpirun_front_door.sh MTC_TRAIN MTC_REPLAY MPIRUN   (run by ctest: tests/dist_tests.cmake)
 set -uo pipefail
 train=$1
@@ -65,7 +65,10 @@ timeout 300 "$mpirun" --oversubscribe --bind-to none -np 2 "$train" --model=mlp 
   --warmup=0 >"$tmp/out" 2>&1 || failed "the default run: $(cat "$tmp/out")"
 device=$(grep '^device: ' "$tmp/out")
 echo "$device"
-echo "$device" | grep -q "cpu ($want threads" || failed "expected $want threads per rank on $cores cores: $device"
+# At most the rank's share of the cores (fewer when other processes keep some busy).
+got=$(sed -n 's/^device: cpu (\([0-9]*\) threads.*/\1/p' <<<"$device")
+[ -n "$got" ] && [ "$got" -ge 1 ] && [ "$got" -le "$want" ] ||
+  failed "expected 1 to $want threads per rank on $cores cores: $device"
 one=$(env -u OMPI_COMM_WORLD_SIZE "$train" --model=mlp --batch=8 --iterations=1 --warmup=0 --threads=1 2>&1 |
   grep -o 'arena [0-9.]* [GM]iB')
 two=$(echo "$device" | grep -o 'arena [0-9.]* [GM]iB')

@@ -6,11 +6,14 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
+#include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "device.h"
 #include "mtc/status.h"
@@ -48,10 +51,7 @@ class CpuDevice final : public Device {
     openblas_set_num_threads(num_threads_);
   }
   std::string describe() const override {
-    // The OpenMP wait policy in force, when one is set (mtc-train sets PASSIVE).
-    const char* wait = std::getenv("OMP_WAIT_POLICY");
-    return absl::StrFormat("cpu (%d threads%s), arena %s: comm %s + compute %s", num_threads_,
-                           wait != nullptr ? absl::StrCat(", OMP_WAIT_POLICY=", wait) : "",
+    return absl::StrFormat("cpu (%d threads), arena %s: comm %s + compute %s", num_threads_,
                            alloc::format_bytes(comm_->capacity() + compute_->capacity()),
                            alloc::format_bytes(comm_->capacity()),
                            alloc::format_bytes(compute_->capacity()));
@@ -76,6 +76,51 @@ int default_threads(int processes) {
   // ran 66-190x slower).
   if (cores >= online) cores /= std::max(processes, 1);
   return std::max(cores, 1);
+}
+
+namespace {
+
+// cpu_times: per core listed in /proc/stat ("cpuN user nice system idle iowait irq softirq
+// steal ..."), its busy and total jiffies; empty when the file cannot be read.
+std::vector<std::pair<int, std::pair<uint64_t, uint64_t>>> cpu_times() {
+  std::vector<std::pair<int, std::pair<uint64_t, uint64_t>>> out;
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return out;
+  char line[512];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    int cpu;
+    unsigned long long v[8] = {};
+    if (std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2], &v[3], &v[4],
+                    &v[5], &v[6], &v[7]) < 5) {
+      continue;  // the "cpu " total line, or another line
+    }
+    uint64_t total = 0;
+    for (unsigned long long x : v) total += x;
+    const uint64_t idle = v[3] + v[4];  // idle and iowait
+    out.push_back({cpu, {total - idle, total}});
+  }
+  std::fclose(f);
+  return out;
+}
+
+}  // namespace
+
+int idle_cores(double sample_sec) {
+  cpu_set_t set;
+  const bool have_set = sched_getaffinity(0, sizeof(set), &set) == 0;
+  const auto before = cpu_times();
+  std::this_thread::sleep_for(std::chrono::duration<double>(sample_sec));
+  const auto after = cpu_times();
+  if (before.empty() || before.size() != after.size()) return -1;
+  int idle = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    const int cpu = before[i].first;
+    if (after[i].first != cpu || (have_set && (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set)))) continue;
+    const uint64_t busy = after[i].second.first - before[i].second.first;
+    const uint64_t total = after[i].second.second - before[i].second.second;
+    if (total == 0 || 2 * busy < total) ++idle;
+  }
+  return idle;
 }
 
 void Device::init_regions(std::byte* base, size_t comm_bytes, size_t compute_bytes) {
