@@ -4,9 +4,6 @@
 // to each by least squares, and writes the fits as the alpha-beta JSON that DTP's
 // partition cost model reads (docs/comm.md). Runs as one rank without mpirun (local
 // backend), or under mpirun (mpi, or nccl with a GPU per rank).
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>

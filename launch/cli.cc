@@ -1,7 +1,6 @@
 // Command-line helpers shared by mtc's tools: the one flag contract. See cli.h.
 #include "cli.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -270,13 +270,13 @@ Flags read_flags() {
   // and no more than the cores that are idle now: with another process keeping one of 2
   // cores busy, ResNet-56 ran 1.6x faster on one thread than on two (docs/cpu.md).
   if (f.threads == 0 && r.device == "cpu" && std::getenv("OMP_NUM_THREADS") == nullptr) {
-    const int share = default_threads(g_world.local_size);
+    const int cores = default_threads(1), share = default_threads(g_world.local_size);
     const int idle = idle_cores(0.1);
     f.threads = idle < 0 ? share : std::clamp(idle / g_world.local_size, 1, share);
     if (f.threads < share) {
       out("note: %d of the %d cores this process may use were busy at start-up: %d kernel thread%s instead of %d "
           "(--threads sets it)\n",
-          default_threads(1) - idle, default_threads(1), f.threads, f.threads == 1 ? "" : "s", share);
+          cores - idle, cores, f.threads, f.threads == 1 ? "" : "s", share);
     }
   }
   r.num_threads = f.threads;

@@ -472,8 +472,12 @@ absl::Status Executor::out_of_memory(size_t size, const std::function<std::strin
       part(evictable, "evictable, which the search did not reach"));
   std::string needs;
   if (frame != nullptr) {
-    const size_t outputs = frame->outputs_bytes - std::min(frame->outputs_bytes, frame->outputs_held);
-    size_t scratch = frame->scratch_planned - std::min(frame->scratch_planned, frame->scratch_held);
+    // The op's whole demand is derived here, on the error path, not on every op run.
+    size_t outputs_bytes = 0, scratch_planned = 0;
+    for (const TensorDesc& d : frame->outputs) outputs_bytes += alloc::round_up(d.bytes());
+    for (size_t b : frame->op->recorded_scratch()) scratch_planned += alloc::round_up(b);
+    const size_t outputs = outputs_bytes - std::min(outputs_bytes, frame->outputs_held);
+    size_t scratch = scratch_planned - std::min(scratch_planned, frame->scratch_held);
     if (request == Request::kScratch) scratch = std::max(scratch, size);
     needs = absl::StrCat("; the op needs ", request == Request::kOther ? absl::StrCat(alloc::format_bytes(size), " for this, ") : "",
                          alloc::format_bytes(outputs), " more for its outputs and ", alloc::format_bytes(scratch),
@@ -494,15 +498,6 @@ absl::Status Executor::out_of_memory(size_t size, const std::function<std::strin
   }
   return absl::ResourceExhaustedError(
       absl::StrCat(who(), ": cannot allocate ", alloc::format_bytes(size), " (", size, " bytes): ", limit));
-}
-
-Executor::OpFrame Executor::op_frame(const OpDef& op, std::span<TensorRecord* const> ins,
-                                     std::span<const TensorDesc> outs) {
-  OpFrame f;
-  f.inputs = ins;
-  for (const TensorDesc& d : outs) f.outputs_bytes += alloc::round_up(d.bytes());
-  for (size_t b : op.recorded_scratch()) f.scratch_planned += alloc::round_up(b);
-  return f;
 }
 
 // ---- regeneration ----
@@ -607,7 +602,7 @@ absl::Status Executor::recompute(TensorRecord& r) {
     const TensorRecord* o = find(id);
     if (o != nullptr) out_descs.push_back(o->desc);
   }
-  OpFrame frame = op_frame(op, ins, out_descs);
+  OpFrame frame{ins, &op, out_descs};
   frames_.push_back(&frame);
   absl::Cleanup pop_frame = [&] { frames_.pop_back(); };
   Pins pins;
@@ -759,7 +754,7 @@ absl::Status Executor::execute(ApplyOp& c) {
     for (auto* r : ins) d.push_back(r->desc);
     return op_context(op, d);
   };
-  OpFrame frame = op_frame(op, ins, c.output_descs);
+  OpFrame frame{ins, &op, c.output_descs};
   frames_.push_back(&frame);
   absl::Cleanup pop_frame = [&] { frames_.pop_back(); };
   if (absl::Status s = make_resident(ins, pins); !s.ok()) {

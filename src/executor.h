@@ -100,12 +100,11 @@ class Executor {
   // the out-of-memory message counts as the op's own demand. On the stack of frames_.
   struct OpFrame {
     std::span<TensorRecord* const> inputs;
-    size_t outputs_bytes = 0;    // all its outputs, rounded to the region's alignment
-    size_t outputs_held = 0;     // of those, allocated so far
-    size_t scratch_planned = 0;  // replay: the recorded scratch (a kernel asks as it runs)
-    size_t scratch_held = 0;     // scratch allocated so far
+    const OpDef* op = nullptr;            // recorded_scratch(): a replayed op's scratch to come
+    std::span<const TensorDesc> outputs;  // all its outputs
+    size_t outputs_held = 0;              // of those, allocated so far
+    size_t scratch_held = 0;              // scratch allocated so far
   };
-  static OpFrame op_frame(const OpDef& op, std::span<TensorRecord* const> ins, std::span<const TensorDesc> outs);
   // out_of_memory: the error of a request of `size` (rounded) bytes that eviction could not
   // make room for, naming the limit that bound and the advice for it.
   absl::Status out_of_memory(size_t size, const std::function<std::string()>& who, Request request) const;
