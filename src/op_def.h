@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "mtc/status.h"
 #include "mtc/tensor.h"
+#include "partition/placement.h"
 
 namespace mtc {
 
@@ -27,6 +28,8 @@ const char* device_type_name(DeviceType t);
 
 class OpDef;
 class Device;
+// ShardContext: the partition group an op runs in under DTP (src/dist/dtp.h).
+struct ShardContext;
 
 // TensorView: a tensor's data as a kernel sees it.
 struct TensorView {
@@ -132,6 +135,20 @@ class OpDef {
   virtual double recorded_us() const { return -1; }
   // recorded_scratch: the scratch requests the op's kernel made then, in bytes.
   virtual std::span<const size_t> recorded_scratch() const { return {}; }
+
+  // ---- DTP (docs/dtp.md) ----
+  // signatures: the placement signatures the op accepts for these global input
+  // descriptions, with the output placements each gives (OneFlow's SBP signatures). The
+  // default is the one that fits every op: every input and output Replicated (each rank
+  // computes the whole op). Each op's table sits next to its definition.
+  virtual void signatures(std::span<const TensorDesc> in, partition::SignatureList& out) const;
+  // shard_op: the op a rank runs on its shards under signature s, when it differs from
+  // this one (attributes that name a global size, such as reshape's target shape or a
+  // loss's divisor); null to run this op unchanged. `in` are the global descriptions.
+  virtual std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
+                                                const ShardContext& g) const {
+    return nullptr;
+  }
 };
 
 // MTC_OP_SCHEMA("name"): declares an op type's schema inside its class.
