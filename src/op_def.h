@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -148,6 +149,14 @@ class OpDef {
   virtual std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                                 const ShardContext& g) const {
     return nullptr;
+  }
+  // shard_run: for a signature whose local computation is more than one op (batch norm
+  // over a split batch: local statistics, their all_reduce, the normalisation), runs it
+  // on this rank's local inputs through autograd and returns the local outputs;
+  // std::nullopt (the default) to run shard_op (or this op) instead.
+  virtual std::optional<TensorList> shard_run(const partition::Signature& s, std::span<const TensorDesc> in,
+                                              std::span<const Tensor> local_in, const ShardContext& g) const {
+    return std::nullopt;
   }
 };
 
