@@ -133,6 +133,46 @@ absl::StatusOr<TensorList> ExpandOp::backward(const BackwardArgs& a) const {
 }
 std::string ExpandOp::attrs() const { return absl::StrCat("shape=", shape_str(shape)); }
 
+// ---- DTP tables ----
+namespace {
+int builder_parts(int parts) { return parts < 2 ? 2 : parts; }
+}  // namespace
+
+void BinaryOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  std::vector<TensorDesc> y;
+  if (in.size() != 2 || !infer(in, y).ok()) {
+    out.push_back(sbp::all_r(in.size(), 1));
+    return;
+  }
+  const bool linear_sum = kind != BinaryKind::kMul;
+  partition::elementwise_signatures(in, y[0].shape, builder_parts(parts), out, linear_sum ? -1 : 0, linear_sum);
+  if (!linear_sum) out.push_back(sbp::sig({partition::Placement::R(), partition::Placement::P()}, {partition::Placement::P()}));
+}
+
+void ScaleOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  if (in.size() != 1) return out.push_back(sbp::all_r(in.size(), 1));
+  partition::elementwise_signatures(in, in[0].shape, builder_parts(parts), out, 0);
+}
+
+void ActOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  if (in.size() != 1) return out.push_back(sbp::all_r(in.size(), 1));
+  partition::elementwise_signatures(in, in[0].shape, builder_parts(parts), out);
+}
+
+void ExpandOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  std::vector<TensorDesc> y;
+  if (in.size() != 1 || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), 1));
+  partition::elementwise_signatures(in, shape, builder_parts(parts), out, 0);
+}
+
+std::shared_ptr<const OpDef> ExpandOp::shard_op(const partition::Signature& s, std::span<const TensorDesc>,
+                                                const ShardContext& g) const {
+  if (s.out.empty() || !s.out[0].split()) return nullptr;
+  Shape local = shape;
+  local[s.out[0].dim] = sbp::local_dim(shape[s.out[0].dim], g);
+  return std::make_shared<ExpandOp>(std::move(local));
+}
+
 // ---- API ----
 Tensor from_vector(const Shape& shape, std::span<const float> values, bool persistent) {
   Interpreter& in = Runtime::current().interpreter();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "op_def.h"
+#include "ops/sbp.h"
 
 namespace mtc {
 
@@ -26,39 +27,46 @@ struct FillOp final : OpDef {
 enum class BinaryKind : uint8_t { kAdd, kSub, kMul };
 
 // BinaryOp: out = a (op) b with broadcasting. f32 only.
-struct BinaryOp final : OpDef {
+// DTP (partition::elementwise_signatures): R, R -> R; S(d) on every input holding output
+// dim d unbroadcast, R on those broadcasting it -> S(d); add, sub: P, P -> P; mul:
+// P, R -> P and R, P -> P.
+struct BinaryOp final : SbpOp {
   explicit BinaryOp(BinaryKind k) : kind(k) {}
   const OpSchema& schema() const override;
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return kind == BinaryKind::kMul ? 0b11 : 0; }
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   static OpSchema& add_schema();
   static OpSchema& sub_schema();
   static OpSchema& mul_schema();
   BinaryKind kind;
 };
 
-// ScaleOp: out = x * s.
-struct ScaleOp final : OpDef {
+// ScaleOp: out = x * s. DTP: R -> R, S(d) -> S(d), P -> P.
+struct ScaleOp final : SbpOp {
   MTC_OP_SCHEMA("scale")
   explicit ScaleOp(float s) : s(s) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   float s;
 };
 
 enum class ActKind : uint8_t { kRelu, kSwish, kGelu };
 
 // ActOp: an activation. relu saves its output; swish and gelu save only their input.
-struct ActOp final : OpDef {
+// DTP: R -> R, S(d) -> S(d) (not linear: no P).
+struct ActOp final : SbpOp {
   explicit ActOp(ActKind k) : kind(k) {}
   const OpSchema& schema() const override;
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return kind == ActKind::kRelu ? 0 : 1; }
   uint64_t saves_outputs() const override { return kind == ActKind::kRelu ? 1 : 0; }
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   static OpSchema& relu_schema();
   static OpSchema& swish_schema();
   static OpSchema& gelu_schema();
@@ -79,8 +87,9 @@ struct ActGradOp final : OpDef {
   ActKind kind;
 };
 
-// ExpandOp: broadcasts x to `shape` (a copy).
-struct ExpandOp final : OpDef {
+// ExpandOp: broadcasts x to `shape` (a copy). DTP: R -> R; S(d) on a dim x holds
+// unbroadcast -> S(d) of the output (shard_op: the local target shape); P -> P.
+struct ExpandOp final : SbpOp {
   double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("expand")
   explicit ExpandOp(Shape s) : shape(std::move(s)) {}
@@ -88,6 +97,9 @@ struct ExpandOp final : OpDef {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
+                                        const ShardContext& g) const override;
   Shape shape;
 };
 

@@ -67,6 +67,20 @@ absl::Status LayerNormGradOp::infer(std::span<const TensorDesc> in, std::vector<
   return absl::OkStatus();
 }
 
+void LayerNormOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  out.push_back(all_r(in.size(), 1));
+  if (in.empty()) return;
+  const Shape& x = in[0].shape;
+  for (int d = 0; d + 1 < static_cast<int>(x.size()); ++d) {
+    if (!can_split(x, d, parts)) continue;
+    Signature s = all_r(in.size(), 1);
+    s.in[0] = Placement::S(d);
+    s.out[0] = Placement::S(d);
+    out.push_back(std::move(s));
+  }
+}
+
 std::string LayerNormGradOp::attrs() const {
   return absl::StrFormat("eps=%g gamma=%d beta=%d", eps, has_gamma, has_beta);
 }

@@ -4,11 +4,13 @@
 #pragma once
 
 #include "op_def.h"
+#include "ops/sbp.h"
 
 namespace mtc {
 
 // LayerNormOp: inputs x (..., D), then gamma (D) if has_gamma, then beta (D) if has_beta.
-struct LayerNormOp final : OpDef {
+// DTP: R -> R; x S(d), d not the last (normalised) dim, gamma and beta R -> S(d).
+struct LayerNormOp final : SbpOp {
   double flops_per_element() const override { return 8; }  // mean, variance, normalise, affine
   MTC_OP_SCHEMA("layer_norm")
   LayerNormOp(float eps, bool has_gamma, bool has_beta) : eps(eps), has_gamma(has_gamma), has_beta(has_beta) {}
@@ -16,6 +18,7 @@ struct LayerNormOp final : OpDef {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return has_gamma ? 0b11 : 0b1; }  // x, gamma
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   float eps;
   bool has_gamma, has_beta;
 };

@@ -151,7 +151,7 @@ absl::StatusOr<TensorList> LinearOp::backward(const BackwardArgs& g) const {
     grads[0] = xs.size() >= 2 ? call1(std::make_shared<MatmulOp>(), {dy, w})
                               : reshape(call1(std::make_shared<MatmulOp>(), {reshape(dy, {1, -1}), w}), xs);
   }
-  const bool need_bias = has_bias && g.needs_input_grad[2];
+  const bool need_bias = has_bias && !bias_ignored && g.needs_input_grad[2];
   if (g.needs_input_grad[1]) {
     TensorList dw = call(std::make_shared<LinearBackwardWeightOp>(need_bias), {x, dy});
     grads[1] = dw[0];
@@ -177,6 +177,68 @@ absl::Status LinearBackwardWeightOp::infer(std::span<const TensorDesc> in, std::
 
 OpCost LinearBackwardWeightOp::cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const {
   return gemm_cost(in, out, 2.0 * static_cast<double>(linear_rows(in[0])) * static_cast<double>(out[0].numel()));
+}
+
+// ---- DTP tables ----
+void MatmulOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  out.push_back(all_r(2, 1));
+  std::vector<TensorDesc> y;
+  if (in.size() != 2 || !infer(in, y).ok()) return;
+  const Shape& a = in[0].shape;
+  const Shape& b = in[1].shape;
+  const Shape& ys = y[0].shape;
+  const int na = static_cast<int>(a.size()), nb = static_cast<int>(b.size()), ny = static_cast<int>(ys.size());
+  const bool weight = nb == 2;
+  const int am = trans_a ? na - 1 : na - 2, ak = trans_a ? na - 2 : na - 1;
+  const int bk = trans_b ? nb - 1 : nb - 2, bn = trans_b ? nb - 2 : nb - 1;
+  // Batch dims, right-aligned: a split on every operand that has the dim unbroadcast.
+  for (int d = 0; d < ny - 2; ++d) {
+    if (!can_split(ys, d, parts)) continue;
+    const int ia = d - (ny - na), ib = d - (ny - nb);
+    const bool ha = ia >= 0 && a[ia] == ys[d], hb = ib >= 0 && b[ib] == ys[d];
+    out.push_back(sig({ha ? Placement::S(ia) : Placement::R(), hb ? Placement::S(ib) : Placement::R()},
+                      {Placement::S(d)}, weight ? Mode::kP1 : Mode::kNone));
+  }
+  if (can_split(a, am, parts)) {
+    out.push_back(sig({Placement::S(am), Placement::R()}, {Placement::S(ny - 2)}, weight ? Mode::kP1 : Mode::kNone));
+  }
+  if (can_split(b, bn, parts)) {
+    out.push_back(sig({Placement::R(), Placement::S(bn)}, {Placement::S(ny - 1)}, weight ? Mode::kP4 : Mode::kNone));
+  }
+  if (can_split(a, ak, parts)) {
+    out.push_back(sig({Placement::S(ak), Placement::S(bk)}, {Placement::P()}, weight ? Mode::kP3 : Mode::kNone));
+  }
+  out.push_back(sig({Placement::P(), Placement::R()}, {Placement::P()}));
+  out.push_back(sig({Placement::R(), Placement::P()}, {Placement::P()}));
+}
+
+void LinearOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  const size_t n = has_bias ? 3 : 2;
+  out.push_back(all_r(n, 1));
+  if (in.size() != n || in[0].shape.empty() || in[1].shape.size() != 2) return;
+  const Shape& x = in[0].shape;
+  const Shape& w = in[1].shape;
+  const int last = static_cast<int>(x.size()) - 1;
+  auto with = [&](Placement px, Placement pw, Placement pb, Placement py, Mode m) {
+    Signature s = sig({px, pw}, {py}, m);
+    if (has_bias) s.in.push_back(pb);
+    out.push_back(std::move(s));
+  };
+  for (int d = 0; d < last; ++d) {
+    if (can_split(x, d, parts)) with(Placement::S(d), Placement::R(), Placement::R(), Placement::S(d), Mode::kP1);
+  }
+  if (can_split(x, last, parts)) with(Placement::S(last), Placement::S(1), Placement::R(), Placement::P(), Mode::kP3);
+  if (can_split(w, 0, parts)) with(Placement::R(), Placement::S(0), Placement::S(0), Placement::S(last), Mode::kP4);
+  with(Placement::P(), Placement::R(), Placement::R(), Placement::P(), Mode::kNone);
+}
+
+std::shared_ptr<const OpDef> LinearOp::shard_op(const partition::Signature& s, std::span<const TensorDesc>,
+                                                const ShardContext& g) const {
+  // A partial output holds the bias once: on rank 0.
+  if (has_bias && !s.out.empty() && s.out[0].partial() && g.index != 0) return std::make_shared<LinearOp>(true, true);
+  return nullptr;
 }
 
 // ---- API ----

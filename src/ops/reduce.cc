@@ -56,6 +56,48 @@ std::string ReduceSumOp::attrs() const {
   return absl::StrFormat("dims=[%s] out=%s scale=%g", absl::StrJoin(dims, ","), shape_str(out_shape), scale);
 }
 
+// ---- DTP table ----
+int ReduceSumOp::out_dim(const Shape& x, int d) const {
+  if (d < 0 || d >= static_cast<int>(x.size()) || reduce[d] || x[d] < 2) return -1;
+  // The kept dims of more than one element and the output dims of more than one element,
+  // in order: where they match one to one, each kept dim is an output dim.
+  std::vector<int> kept, outs;
+  for (size_t i = 0; i < x.size(); ++i) if (!reduce[i] && x[i] > 1) kept.push_back(static_cast<int>(i));
+  for (size_t j = 0; j < out_shape.size(); ++j) if (out_shape[j] > 1) outs.push_back(static_cast<int>(j));
+  if (kept.size() != outs.size()) return -1;
+  int found = -1;
+  for (size_t k = 0; k < kept.size(); ++k) {
+    if (x[kept[k]] != out_shape[outs[k]]) return -1;
+    if (kept[k] == d) found = outs[k];
+  }
+  return found;
+}
+
+void ReduceSumOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  out.push_back(all_r(in.size(), 1));
+  std::vector<TensorDesc> y;
+  if (in.size() != 1 || !infer(in, y).ok()) return;
+  const Shape& x = in[0].shape;
+  for (int d = 0; d < static_cast<int>(x.size()); ++d) {
+    if (!can_split(x, d, parts)) continue;
+    if (reduce[d]) {
+      out.push_back(sig({Placement::S(d)}, {Placement::P()}));
+    } else if (const int e = out_dim(x, d); e >= 0) {
+      out.push_back(sig({Placement::S(d)}, {Placement::S(e)}));
+    }
+  }
+  out.push_back(sig({Placement::P()}, {Placement::P()}));
+}
+
+std::shared_ptr<const OpDef> ReduceSumOp::shard_op(const partition::Signature& s, std::span<const TensorDesc>,
+                                                   const ShardContext& g) const {
+  if (s.out.empty() || !s.out[0].split()) return nullptr;
+  Shape local = out_shape;
+  local[s.out[0].dim] = sbp::local_dim(out_shape[s.out[0].dim], g);
+  return std::make_shared<ReduceSumOp>(reduce, std::move(local), scale);
+}
+
 namespace {
 Tensor reduce_dims(const Tensor& x, std::vector<int> dims, bool keepdim, bool average) {
   if (!x.defined()) return sum_to(x, {});

@@ -4,10 +4,13 @@
 #pragma once
 
 #include "op_def.h"
+#include "ops/sbp.h"
 
 namespace mtc {
 
-struct ReduceSumOp final : OpDef {
+// DTP: R -> R; S(d), d kept -> S(d's dim in the output) (shard_op: the local output
+// shape); S(d), d reduced -> P (a mean's scale is already 1 / the global count); P -> P.
+struct ReduceSumOp final : SbpOp {
   MTC_OP_SCHEMA("sum")
   // reduce: one flag per input dim; out_shape: the output's shape (its numel must be
   // the product of the kept dims); scale: multiplies the sum.
@@ -17,6 +20,12 @@ struct ReduceSumOp final : OpDef {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
+                                        const ShardContext& g) const override;
+  // out_dim: the output dim that holds kept input dim d (of more than one element), or -1
+  // where the output shape merges it with others.
+  int out_dim(const Shape& x, int d) const;
   // Runs: x's dims with size-1 dims dropped and neighbours of the same kind (reduced or
   // kept) merged, outermost first: what the kernels loop over.
   struct Runs {

@@ -242,6 +242,59 @@ absl::StatusOr<TensorList> ChannelShuffleOp::backward(const BackwardArgs& a) con
 
 std::string ChannelShuffleOp::attrs() const { return absl::StrCat("groups=", groups); }
 
+// ---- DTP tables ----
+namespace {
+// splits_off_dim: for one input of shape x (or n inputs agreeing off `dim`): all R -> R
+// (n_out outputs), S(d) on every input -> S(d) on every output for each d != dim, all P
+// -> all P.
+void splits_off_dim(const Shape& x, int dim, size_t n_in, size_t n_out, int parts, partition::SignatureList& out) {
+  using namespace sbp;
+  out.push_back(all_r(n_in, n_out));
+  for (int d = 0; d < static_cast<int>(x.size()); ++d) {
+    if (d != dim && can_split(x, d, parts)) out.push_back(uniform(n_in, Placement::S(d), n_out, Placement::S(d)));
+  }
+  out.push_back(uniform(n_in, Placement::P(), n_out, Placement::P()));
+}
+}  // namespace
+
+void PermuteOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  out.push_back(all_r(in.size(), 1));
+  if (in.size() != 1) return;
+  const int nd = static_cast<int>(in[0].shape.size());
+  absl::StatusOr<std::vector<int>> p = perm(nd);
+  if (!p.ok()) return;
+  for (int i = 0; i < nd; ++i) {
+    const int d = (*p)[i];
+    if (can_split(in[0].shape, d, parts)) out.push_back(sig({Placement::S(d)}, {Placement::S(i)}));
+  }
+  out.push_back(sig({Placement::P()}, {Placement::P()}));
+}
+
+void ConcatOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  std::vector<TensorDesc> y;
+  if (in.empty() || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), 1));
+  splits_off_dim(y[0].shape, *resolve_dim(dim, static_cast<int>(y[0].shape.size())), in.size(), 1, parts, out);
+}
+
+void SplitOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  std::vector<TensorDesc> y;
+  if (in.size() != 1 || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), sizes.size()));
+  splits_off_dim(in[0].shape, *resolve_dim(dim, static_cast<int>(in[0].shape.size())), 1, sizes.size(), parts, out);
+}
+
+void SliceOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  std::vector<TensorDesc> y;
+  if (in.size() != 1 || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), 1));
+  splits_off_dim(in[0].shape, *resolve_dim(dim, static_cast<int>(in[0].shape.size())), 1, 1, parts, out);
+}
+
+void ChannelShuffleOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  std::vector<TensorDesc> y;
+  if (in.size() != 1 || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), 1));
+  splits_off_dim(in[0].shape, 1, 1, 1, parts, out);
+}
+
 // ---- API ----
 Tensor transpose(const Tensor& x, int d0, int d1) {
   return call1(std::make_shared<PermuteOp>(true, std::vector<int>{d0, d1}), {x});

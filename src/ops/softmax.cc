@@ -76,7 +76,7 @@ absl::StatusOr<TensorList> CrossEntropyOp::backward(const BackwardArgs& a) const
   const Tensor& dy = a.grad_outputs[0];
   TensorList g(2);  // labels get no gradient
   if (!dy.defined() || !a.needs_input_grad[0]) return g;
-  g[0] = call1(std::make_shared<CrossEntropyGradOp>(), {a.inputs[0], a.inputs[1], dy});
+  g[0] = call1(std::make_shared<CrossEntropyGradOp>(divisor), {a.inputs[0], a.inputs[1], dy});
   return g;
 }
 
@@ -89,6 +89,37 @@ absl::Status CrossEntropyGradOp::infer(std::span<const TensorDesc> in, std::vect
   }
   out.push_back(in[0]);
   return absl::OkStatus();
+}
+
+std::string CrossEntropyOp::attrs() const { return divisor > 0 ? absl::StrCat("divisor=", divisor) : ""; }
+std::string CrossEntropyGradOp::attrs() const { return divisor > 0 ? absl::StrCat("divisor=", divisor) : ""; }
+
+// ---- DTP tables ----
+void SoftmaxOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  out.push_back(all_r(in.size(), 1));
+  if (in.size() != 1) return;
+  const Shape& x = in[0].shape;
+  const absl::StatusOr<int> k = resolve_dim(dim, static_cast<int>(x.size()));
+  if (!k.ok()) return;
+  for (int d = 0; d < static_cast<int>(x.size()); ++d) {
+    if (d != *k && can_split(x, d, parts)) out.push_back(sig({Placement::S(d)}, {Placement::S(d)}));
+  }
+}
+
+void CrossEntropyOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  out.push_back(all_r(in.size(), 1));
+  if (in.size() != 2 || !check_cross_entropy_inputs(in[0], in[1]).ok()) return;
+  if (can_split(in[0].shape, 0, parts)) out.push_back(sig({Placement::S(0), Placement::S(0)}, {Placement::P()}));
+}
+
+std::shared_ptr<const OpDef> CrossEntropyOp::shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
+                                                      const ShardContext&) const {
+  // Each rank's mean over its rows, divided by the global N: the ranks' losses sum to the
+  // global mean.
+  if (s.out.empty() || !s.out[0].partial() || in.empty() || in[0].shape.empty()) return nullptr;
+  return std::make_shared<CrossEntropyOp>(cross_entropy_divisor(divisor, in[0].shape[0]));
 }
 
 // ---- API ----

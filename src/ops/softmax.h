@@ -4,11 +4,13 @@
 #pragma once
 
 #include "op_def.h"
+#include "ops/sbp.h"
 
 namespace mtc {
 
 // SoftmaxOp: softmax (or log_softmax) of x along `dim`. Backward needs only the output.
-struct SoftmaxOp final : OpDef {
+// DTP: R -> R; S(d), d != dim -> S(d).
+struct SoftmaxOp final : SbpOp {
   SoftmaxOp(int dim, bool log) : dim(dim), log(log) {}
   const OpSchema& schema() const override;
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -16,6 +18,7 @@ struct SoftmaxOp final : OpDef {
   uint64_t saves_inputs() const override { return 0; }
   uint64_t saves_outputs() const override { return 1; }
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   static OpSchema& softmax_schema();
   static OpSchema& log_softmax_schema();
   int dim;
@@ -39,22 +42,38 @@ struct SoftmaxGradOp final : OpDef {
 
 // CrossEntropyOp: logits f32 (N, C), labels i32 (N) -> mean over rows of
 // logsumexp(logits[n]) - logits[n, labels[n]], shape []. A label outside [0, C) fails
-// the kernel with InvalidArgument.
-struct CrossEntropyOp final : OpDef {
+// the kernel with InvalidArgument. divisor: what the sum over rows is divided by; 0
+// (the default) means N, the rows given; DTP's split batch divides by the global N.
+//
+// DTP: R, R -> R; logits S(0), labels S(0) -> P (shard_op: divisor = the global N).
+struct CrossEntropyOp final : SbpOp {
   MTC_OP_SCHEMA("cross_entropy")
+  explicit CrossEntropyOp(double divisor = 0) : divisor(divisor) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   // cost: the default counts one flop for the one output; the work is per logit.
   OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0b11; }
+  std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
+                                        const ShardContext& g) const override;
+  double divisor;
 };
 
-// CrossEntropyGradOp: (logits, labels, dy []) -> dlogits = (softmax(logits) - onehot) * dy / N.
+// CrossEntropyGradOp: (logits, labels, dy []) -> dlogits = (softmax(logits) - onehot) * dy / N
+// (/ divisor when it is not 0, as the forward's).
 struct CrossEntropyGradOp final : OpDef {
   MTC_OP_SCHEMA("cross_entropy_grad")
+  explicit CrossEntropyGradOp(double divisor = 0) : divisor(divisor) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   bool differentiable() const override { return false; }
+  std::string attrs() const override;
+  double divisor;
 };
+
+// cross_entropy_divisor: what a cross_entropy op of `divisor` divides the sum over n rows by.
+inline double cross_entropy_divisor(double divisor, int64_t n) { return divisor > 0 ? divisor : static_cast<double>(n); }
 
 // check_cross_entropy_inputs: InvalidArgument unless logits is f32 (N, C) with C >= 1
 // and labels is i32 (N).

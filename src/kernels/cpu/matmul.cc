@@ -56,7 +56,7 @@ absl::Status linear(const LinearOp& op, const KernelArgs& args) {
   const int64_t rows = args.out[0].numel() / std::max<int64_t>(out, 1);
   float* y = args.out[0].f32();
   float beta = 0.f;
-  if (op.has_bias) {
+  if (op.has_bias && !op.bias_ignored) {
     const float* bias = args.in[2].f32();
     for (int64_t r = 0; r < rows; ++r) std::memcpy(y + r * out, bias, sizeof(float) * out);
     beta = 1.f;

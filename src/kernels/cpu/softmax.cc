@@ -103,20 +103,20 @@ absl::StatusOr<ClassRows> class_rows(const KernelArgs& a) {
   return r;
 }
 
-absl::Status cross_entropy(const CrossEntropyOp&, const KernelArgs& a) {
+absl::Status cross_entropy(const CrossEntropyOp& op, const KernelArgs& a) {
   MTC_ASSIGN_OR_RETURN(const ClassRows r, class_rows(a));
   std::vector<double> loss(r.n);  // per row, then summed in order
 #pragma omp parallel for if (r.n * r.c > kParallelGrain)
   for (int64_t i = 0; i < r.n; ++i) loss[i] = log_sum_exp(r.x + i * r.c, r.c, 1) - r.x[i * r.c + r.labels[i]];
   double acc = 0;
   for (double l : loss) acc += l;
-  a.out[0].f32()[0] = static_cast<float>(acc / static_cast<double>(r.n));
+  a.out[0].f32()[0] = static_cast<float>(acc / cross_entropy_divisor(op.divisor, r.n));
   return absl::OkStatus();
 }
 
-absl::Status cross_entropy_grad(const CrossEntropyGradOp&, const KernelArgs& a) {
+absl::Status cross_entropy_grad(const CrossEntropyGradOp& op, const KernelArgs& a) {
   MTC_ASSIGN_OR_RETURN(const ClassRows r, class_rows(a));
-  const double g = static_cast<double>(a.in[2].f32()[0]) / static_cast<double>(r.n);
+  const double g = static_cast<double>(a.in[2].f32()[0]) / cross_entropy_divisor(op.divisor, r.n);
   float* dx = a.out[0].f32();
 #pragma omp parallel for if (r.n * r.c > kParallelGrain)
   for (int64_t i = 0; i < r.n; ++i) {

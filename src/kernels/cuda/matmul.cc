@@ -165,7 +165,7 @@ absl::Status linear(const LinearOp& op, const KernelArgs& args) {
   float* y = args.out[0].f32();
   if (rows == 0 || out == 0) return absl::OkStatus();
   float beta = 0.f;
-  if (op.has_bias) {
+  if (op.has_bias && !op.bias_ignored) {
     launch_fill_rows(args.in[2].f32(), y, rows, out, stream(args.ctx));
     MTC_RETURN_IF_ERROR(last_launch("fill_rows"));
     beta = 1.f;

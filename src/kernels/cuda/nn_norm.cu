@@ -203,23 +203,24 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-// mean_kernel: out[0] = the mean of loss[0, n) (one block; NaN for n = 0, as on the CPU).
+// mean_kernel: out[0] = the sum of loss[0, n) / divisor (one block; the mean, NaN for
+// n = 0, as on the CPU, when divisor is n).
 __global__ void __launch_bounds__(kMaxRowThreads)
-    mean_kernel(const double* __restrict__ loss, int64_t n, float* __restrict__ out) {
+    mean_kernel(const double* __restrict__ loss, int64_t n, double divisor, float* __restrict__ out) {
   __shared__ double shd[33];
   double acc = 0;
   for (int64_t k = threadIdx.x; k < n; k += blockDim.x) acc += loss[k];
   acc = block_sum(acc, shd);
-  if (threadIdx.x == 0) out[0] = static_cast<float>(acc / static_cast<double>(n));
+  if (threadIdx.x == 0) out[0] = static_cast<float>(acc / divisor);
 }
 
 __global__ void __launch_bounds__(kMaxRowThreads)
     cross_entropy_grad_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ labels,
-                                   const float* __restrict__ dy, int64_t n, int64_t c,
+                                   const float* __restrict__ dy, int64_t n, int64_t c, double divisor,
                                    float* __restrict__ dx) {
   __shared__ double shd[33];
   __shared__ float shf[33];
-  const double g = static_cast<double>(dy[0]) / static_cast<double>(n);
+  const double g = static_cast<double>(dy[0]) / divisor;
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const float* xr = x + i * c;
     const double lse = row_log_sum_exp(xr, c, shd, shf);
@@ -372,17 +373,17 @@ void launch_softmax_grad(const float* y, const float* dy, float* dx, int64_t out
 
 size_t cross_entropy_scratch_bytes(int64_t n) { return sizeof(double) * static_cast<size_t>(n < 1 ? 1 : n); }
 
-void launch_cross_entropy(const float* x, const int32_t* labels, int64_t n, int64_t c, float* out,
+void launch_cross_entropy(const float* x, const int32_t* labels, int64_t n, int64_t c, double divisor, float* out,
                           void* scratch, cudaStream_t stream) {
   auto* loss = static_cast<double*>(scratch);
   if (n > 0) cross_entropy_rows_kernel<<<row_grid(n), row_threads(c), 0, stream>>>(x, labels, n, c, loss);
-  mean_kernel<<<1, kMaxRowThreads, 0, stream>>>(loss, n, out);
+  mean_kernel<<<1, kMaxRowThreads, 0, stream>>>(loss, n, divisor, out);
 }
 
 void launch_cross_entropy_grad(const float* x, const int32_t* labels, const float* dy, int64_t n, int64_t c,
-                               float* dx, cudaStream_t stream) {
+                               double divisor, float* dx, cudaStream_t stream) {
   if (n <= 0 || c <= 0) return;
-  cross_entropy_grad_rows_kernel<<<row_grid(n), row_threads(c), 0, stream>>>(x, labels, dy, n, c, dx);
+  cross_entropy_grad_rows_kernel<<<row_grid(n), row_threads(c), 0, stream>>>(x, labels, dy, n, c, divisor, dx);
 }
 
 void launch_layer_norm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,

@@ -21,13 +21,14 @@ void launch_softmax_grad(const float* y, const float* dy, float* dx, int64_t out
 
 // cross_entropy_scratch_bytes: the scratch launch_cross_entropy needs for n rows.
 size_t cross_entropy_scratch_bytes(int64_t n);
-// launch_cross_entropy: out[0] = mean over the n rows of logsumexp(x[i]) - x[i, labels[i]];
-// x (n, c). Labels must have been checked; one outside [0, c) gives NaN.
-void launch_cross_entropy(const float* x, const int32_t* labels, int64_t n, int64_t c, float* out,
+// launch_cross_entropy: out[0] = the sum over the n rows of logsumexp(x[i]) - x[i, labels[i]],
+// divided by `divisor` (n for the mean); x (n, c). Labels must have been checked; one
+// outside [0, c) gives NaN.
+void launch_cross_entropy(const float* x, const int32_t* labels, int64_t n, int64_t c, double divisor, float* out,
                           void* scratch, cudaStream_t stream);
-// launch_cross_entropy_grad: dx = (softmax(x) - onehot(labels)) * dy[0] / n; dy is on the device.
+// launch_cross_entropy_grad: dx = (softmax(x) - onehot(labels)) * dy[0] / divisor; dy is on the device.
 void launch_cross_entropy_grad(const float* x, const int32_t* labels, const float* dy, int64_t n, int64_t c,
-                               float* dx, cudaStream_t stream);
+                               double divisor, float* dx, cudaStream_t stream);
 
 // launch_layer_norm: y = (x - mean) * rstd (* gamma) (+ beta) per row of x (rows, d);
 // gamma and beta may be null.

@@ -46,18 +46,20 @@ absl::Status check_labels(const KernelArgs& a, int64_t n, int64_t c) {
       absl::StrCat("label ", label, " at position ", bad, " is out of range for C = ", c, " classes"));
 }
 
-absl::Status cross_entropy(const CrossEntropyOp&, const KernelArgs& a) {
+absl::Status cross_entropy(const CrossEntropyOp& op, const KernelArgs& a) {
   const int64_t n = a.in[0].dim(0), c = a.in[0].dim(1);
   MTC_RETURN_IF_ERROR(check_labels(a, n, c));
   MTC_ASSIGN_OR_RETURN(void* loss, a.ctx.scratch(cross_entropy_scratch_bytes(n)));
-  launch_cross_entropy(a.in[0].f32(), a.in[1].i32(), n, c, a.out[0].f32(), loss, stream(a.ctx));
+  launch_cross_entropy(a.in[0].f32(), a.in[1].i32(), n, c, cross_entropy_divisor(op.divisor, n), a.out[0].f32(), loss,
+                       stream(a.ctx));
   return last_launch("cross_entropy");
 }
 
-absl::Status cross_entropy_grad(const CrossEntropyGradOp&, const KernelArgs& a) {
+absl::Status cross_entropy_grad(const CrossEntropyGradOp& op, const KernelArgs& a) {
   const int64_t n = a.in[0].dim(0), c = a.in[0].dim(1);
   MTC_RETURN_IF_ERROR(check_labels(a, n, c));
-  launch_cross_entropy_grad(a.in[0].f32(), a.in[1].i32(), a.in[2].f32(), n, c, a.out[0].f32(), stream(a.ctx));
+  launch_cross_entropy_grad(a.in[0].f32(), a.in[1].i32(), a.in[2].f32(), n, c, cross_entropy_divisor(op.divisor, n),
+                            a.out[0].f32(), stream(a.ctx));
   return last_launch("cross_entropy_grad");
 }
 
