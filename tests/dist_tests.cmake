@@ -6,6 +6,14 @@
 if(TARGET world_test)
   target_link_libraries(world_test PRIVATE mtc_cli)
 endif()
+# convert_mpitest: DTP's placement conversions (src/dist/convert_ops.h), alone on the local
+# backend here and on 2, 3 and 4 ranks below; the _broken runs set
+# MTC_TESTING_BREAK_CONVERT_BACKWARD=all_gather, and the gradient check must notice.
+add_executable(convert_mpitest convert_mpitest.cc)
+target_include_directories(convert_mpitest PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(convert_mpitest PRIVATE mtc GTest::gtest)
+add_test(NAME convert_mpitest_local COMMAND $<TARGET_FILE:convert_mpitest>)
+set_tests_properties(convert_mpitest_local PROPERTIES TIMEOUT 300)
 if(NOT MTC_HAVE_MPI)
   message(STATUS "  multi-rank tests: skipped (no MPI)")
   return()
@@ -22,6 +30,18 @@ foreach(np 1 2 4 8)
   add_test(NAME dist_mpitest_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:dist_mpitest>)
   set_tests_properties(dist_mpitest_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 300)
+endforeach()
+foreach(np 2 3 4)
+  add_test(NAME convert_mpitest_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:convert_mpitest>)
+  set_tests_properties(convert_mpitest_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 300)
+endforeach()
+foreach(np 2 3)
+  add_test(NAME convert_mpitest_broken_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} -x MTC_TESTING_BREAK_CONVERT_BACKWARD
+                   $<TARGET_FILE:convert_mpitest> --gtest_filter=ConvertBackward.*)
+  set_tests_properties(convert_mpitest_broken_np${np} PROPERTIES
+                       ENVIRONMENT "${MTC_MPI_ENV};MTC_TESTING_BREAK_CONVERT_BACKWARD=all_gather" TIMEOUT 300)
 endforeach()
 add_test(NAME mpirun_front_door
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpirun_front_door.sh $<TARGET_FILE:mtc-train>
