@@ -65,6 +65,9 @@ struct Case {
   std::string name;
   std::shared_ptr<const OpDef> op;
   std::vector<Input> in;
+  // needs_comm: a signature whose local run takes the group's communicator (left to the
+  // mpirun tests).
+  bool (*needs_comm)(const Signature&) = nullptr;
 };
 
 // slab: view of a shape around dim d as (outer, size, inner).
@@ -198,6 +201,10 @@ void check_case(const Case& c, int parts, std::mt19937& rng, int* checked) {
   EXPECT_FALSE(sigs.empty()) << c.name;
   *checked = 0;
   for (const Signature& s : sigs) {
+    if (c.needs_comm != nullptr && c.needs_comm(s)) {
+      ++*checked;  // listed; run under mpirun
+      continue;
+    }
     const std::string where = absl::StrCat(c.name, " p=", parts, " ", s.str());
     SCOPED_TRACE(where);
     ASSERT_EQ(s.in.size(), c.in.size());
@@ -309,6 +316,21 @@ bool has_sig(const OpDef& op, std::vector<TensorDesc> in, int parts, const std::
 
 TensorDesc fd(Shape s) { return TensorDesc{std::move(s), DType::kF32}; }
 
+std::shared_ptr<const OpDef> sgd(float momentum) {
+  auto op = std::make_shared<optim::SgdStepOp>();
+  op->lr = 0.1f;
+  op->momentum = momentum;
+  op->weight_decay = 0.01f;
+  return op;
+}
+std::shared_ptr<const OpDef> adamw() {
+  auto op = std::make_shared<optim::AdamWStepOp>();
+  op->decay = 0.999f;
+  op->step_size = 0.01f;
+  op->bias_correction2_sqrt = 0.3f;
+  return op;
+}
+
 // ---- linear, matmul ----
 TEST(Sbp, LinearAndMatmul) {
   check_all({
@@ -385,6 +407,75 @@ TEST(Sbp, NormSoftmaxLoss) {
   // No split of the normalised dim.
   EXPECT_FALSE(has_sig(SoftmaxOp(1, false), {fd({5, 6, 7})}, 2, "(S(1)) -> S(1)"));
   EXPECT_FALSE(has_sig(LayerNormOp(1e-5f, false, false), {fd({5, 6})}, 2, "(S(1)) -> S(1)"));
+}
+
+// ---- conv, pools, batch norm, embedding ----
+TEST(Sbp, ConvPoolBatchNormEmbedding) {
+  const Conv2dOptions pad1 = Conv2dOptions::make(1, 1);
+  check_all({
+      {"conv2d bias", std::make_shared<Conv2dOp>(pad1, true), {f32({5, 6, 5, 5}), f32({7, 6, 3, 3}), f32({7})}},
+      {"conv2d", std::make_shared<Conv2dOp>(Conv2dOptions::make(2, 0), false), {f32({4, 5, 6, 6}), f32({6, 5, 2, 2})}},
+      {"conv2d grouped", std::make_shared<Conv2dOp>(Conv2dOptions::make(1, 1, 1, 2), true),
+       {f32({4, 6, 4, 4}), f32({6, 3, 3, 3}), f32({6})}},
+      {"conv2d depthwise", std::make_shared<Conv2dOp>(Conv2dOptions::make(1, 1, 1, 7), true),
+       {f32({4, 7, 4, 4}), f32({7, 1, 3, 3}), f32({7})}},
+      {"max_pool2d", std::make_shared<MaxPool2dOp>(Pool2dOptions::make(2, 2)), {f32({5, 6, 4, 4})}},
+      {"avg_pool2d", std::make_shared<AvgPool2dOp>(Pool2dOptions::make(3, 2, 1)), {f32({5, 6, 5, 5})}},
+      {"global_avg_pool", std::make_shared<GlobalAvgPoolOp>(), {f32({5, 6, 3, 3})}},
+      {"batch_norm train", std::make_shared<BatchNormOp>(true, 0.1f, 1e-5f, true),
+       {f32({6, 5, 3, 3}), f32({5}), f32({5}), f32({5}), f32({5}, 0.5, 1.5)},
+       [](const Signature& s) { return s.in[0] == Placement::S(0); }},
+      {"batch_norm train untracked", std::make_shared<BatchNormOp>(true, 0.1f, 1e-5f, false),
+       {f32({6, 5}), f32({5}), f32({5})}, [](const Signature& s) { return s.in[0] == Placement::S(0); }},
+      {"batch_norm eval", std::make_shared<BatchNormOp>(false, 0.1f, 1e-5f, true),
+       {f32({6, 5, 3, 4}), f32({5}), f32({5}), f32({5}), f32({5}, 0.5, 1.5)}},
+      {"embedding", std::make_shared<EmbeddingOp>(), {f32({11, 6}), i32({4, 5}, 11)}},
+      {"embedding 1-d", std::make_shared<EmbeddingOp>(), {f32({7, 5}), i32({9}, 7)}},
+  });
+  // The modes: conv's P3 and P4 only for groups 1, depthwise with no mode.
+  const Conv2dOp conv(Conv2dOptions::make(1, 1), true);
+  EXPECT_TRUE(has_sig(conv, {fd({4, 6, 5, 5}), fd({8, 6, 3, 3}), fd({8})}, 4, "(S(1), S(1), R) -> P [p3]"));
+  EXPECT_TRUE(has_sig(conv, {fd({4, 6, 5, 5}), fd({8, 6, 3, 3}), fd({8})}, 4, "(R, S(0), S(0)) -> S(1) [p4]"));
+  EXPECT_TRUE(has_sig(BatchNormOp(true, 0.1f, 1e-5f, true), {fd({4, 6, 5, 5}), fd({6}), fd({6}), fd({6}), fd({6})}, 4,
+                      "(S(0), R, R, R, R) -> S(0), R, R"));
+  EXPECT_TRUE(has_sig(EmbeddingOp(), {fd({8, 6}), TensorDesc{Shape{3, 5}, DType::kI32}}, 2, "(S(0), R) -> P [p3]"));
+}
+
+// The vocabulary shard's gradient: only its own rows, from the indices that fall in them.
+TEST(Sbp, EmbeddingVocabularyShardGradient) {
+  auto rt = make_test_runtime(true);
+  std::vector<float> w(5 * 2);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  // Rows 2..4 of a 5-row table.
+  Tensor shard = from_vector({3, 2}, std::span<const float>(w.data() + 4, 6)).set_requires_grad(true);
+  Tensor idx = from_vector_i32({4}, std::vector<int32_t>{4, 0, 2, 4});
+  Tensor y = call1(std::make_shared<EmbeddingOp>(2, 5), {shard, idx});
+  auto yv = y.to_vector();
+  ASSERT_TRUE(yv.ok()) << yv.status();
+  EXPECT_EQ(*yv, (std::vector<float>{8, 9, 0, 0, 4, 5, 8, 9}));
+  ASSERT_TRUE(sum(mul(y, from_vector({4, 2}, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}))).backward().ok());
+  auto g = shard.grad().to_vector();
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(*g, (std::vector<float>{5, 6, 0, 0, 8, 10}));
+  // An index outside the global table is still an error.
+  Tensor bad = call1(std::make_shared<EmbeddingOp>(2, 5), {shard, from_vector_i32({1}, std::vector<int32_t>{5})});
+  EXPECT_FALSE(bad.to_vector().ok());
+}
+
+// ---- shape ops, dropout, optimizer steps ----
+TEST(Sbp, ShapeOpsDropoutSteps) {
+  check_all({
+      {"concat", std::make_shared<ConcatOp>(1), {f32({5, 2, 7}), f32({5, 3, 7}), f32({5, 4, 7})}},
+      {"split", std::make_shared<SplitOp>(std::vector<int64_t>{2, 3, 4}, -2), {f32({5, 9, 7})}},
+      {"slice", std::make_shared<SliceOp>(1, 2, -2), {f32({5, 9, 7})}},
+      {"channel_shuffle", std::make_shared<ChannelShuffleOp>(2), {f32({4, 6, 5, 3})}},
+      {"dropout", std::make_shared<DropoutOp>(0.3f, 1234), {f32({6, 7})}},
+      {"sgd_step", sgd(0.f), {f32({6, 5}), f32({6, 5})}},
+      {"sgd_step momentum", sgd(0.9f), {f32({6, 5}), f32({6, 5}), f32({6, 5})}},
+      {"adamw_step", adamw(), {f32({5, 6}), f32({5, 6}), f32({5, 6}), f32({5, 6}, 0.1, 1)}},
+  });
+  EXPECT_FALSE(has_sig(ConcatOp(1), {fd({5, 2, 7}), fd({5, 3, 7})}, 2, "(S(1), S(1)) -> S(1)"));
+  EXPECT_FALSE(has_sig(DropoutOp(0.5f, 1), {fd({8, 8})}, 2, "(S(0)) -> S(0)"));
 }
 
 // A split batch's cross_entropy: each rank's gradient is its rows' share of the global mean's.

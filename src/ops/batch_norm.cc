@@ -4,6 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "autograd.h"
+#include "dist/sync_batch_norm.h"
+#include "mtc/distributed.h"
 #include "mtc/ops.h"
 #include "mtc/status.h"
 
@@ -104,6 +106,40 @@ OpCost BatchNormBackwardOp::cost(std::span<const TensorDesc> in, std::span<const
 }
 
 std::string BatchNormBackwardOp::attrs() const { return training ? "train" : "eval"; }
+
+void BatchNormOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  const size_t n = in.size();
+  out.push_back(all_r(n, 3));
+  std::vector<TensorDesc> y;
+  if (!infer(in, y).ok()) return;
+  const Shape& x = in[0].shape;
+  if (can_split(x, 1, parts)) {
+    Signature s = uniform(n, Placement::S(0), 3, Placement::S(0));
+    s.in[0] = s.out[0] = Placement::S(1);
+    out.push_back(std::move(s));
+  }
+  for (int d = 0; d < static_cast<int>(x.size()); ++d) {
+    if (d == 1 || !can_split(x, d, parts) || (training && d != 0)) continue;
+    Signature s = all_r(n, 3);
+    s.in[0] = s.out[0] = Placement::S(d);
+    out.push_back(std::move(s));
+  }
+}
+
+std::optional<TensorList> BatchNormOp::shard_run(const partition::Signature& s, std::span<const TensorDesc>,
+                                                 std::span<const Tensor> x, const ShardContext& g) const {
+  // Training on a split batch: the statistics of the whole global batch.
+  if (!training || s.in.empty() || !s.in[0].split() || s.in[0].dim == 1) return std::nullopt;
+  MTC_CHECK(g.comm != nullptr, "batch_norm over a split batch needs the group's communicator");
+  Tensor global = dist::all_reduce(call1(std::make_shared<dist::BnStatsOp>(), {x[0]}), dist::Reduce::kSum, g.comm);
+  std::vector<Tensor> in = {x[0], x[1], x[2], global};
+  if (tracks_running) {
+    in.push_back(x[3]);
+    in.push_back(x[4]);
+  }
+  return call(std::make_shared<dist::SyncBatchNormOp>(momentum, eps, tracks_running), in);
+}
 
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, bool training, float momentum, float eps) {

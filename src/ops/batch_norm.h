@@ -4,6 +4,7 @@
 #pragma once
 
 #include "op_def.h"
+#include "ops/sbp.h"
 
 namespace mtc {
 
@@ -11,7 +12,14 @@ namespace mtc {
 // running_var (C). Outputs y (x's shape), mean (C) and invstd (C) = 1/sqrt(var + eps):
 // the batch statistics in training (running_mean and running_var are then updated in
 // place with `momentum` and the unbiased variance), the running ones in eval.
-struct BatchNormOp final : OpDef {
+//
+// DTP (inputs x, gamma, beta[, running_mean, running_var]; outputs y, mean, invstd):
+//   all R -> R, R, R
+//   x S(1), the rest S(0) -> S(1), S(0), S(0)         per channel: exact, train and eval
+//   training: x S(0), the rest R -> S(0), R, R        the global batch's statistics:
+//             shard_run = bn_stats, all_reduce, sync_batch_norm (src/dist/sync_batch_norm.h)
+//   eval: x S(d), d not 1, the rest R -> S(d), R, R   the running statistics, local
+struct BatchNormOp final : SbpOp {
   MTC_OP_SCHEMA("batch_norm")
   BatchNormOp(bool training, float momentum, float eps, bool tracks_running)
       : training(training), momentum(momentum), eps(eps), tracks_running(tracks_running) {}
@@ -23,6 +31,9 @@ struct BatchNormOp final : OpDef {
   uint64_t saves_outputs() const override { return 0b110; }    // mean, invstd
   uint64_t mutates_inputs() const override { return training && tracks_running ? 0b11000 : 0; }
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  std::optional<TensorList> shard_run(const partition::Signature& s, std::span<const TensorDesc> in,
+                                      std::span<const Tensor> local_in, const ShardContext& g) const override;
   bool training;
   float momentum;
   float eps;

@@ -94,7 +94,7 @@ absl::StatusOr<TensorList> Conv2dOp::backward(const BackwardArgs& a) const {
   const Tensor& x = a.inputs[0];
   const Tensor& w = a.inputs[1];
   if (a.needs_input_grad[0]) g[0] = call1(std::make_shared<Conv2dBackwardInputOp>(o, a.input_descs[0].shape), {dy, w});
-  const bool need_bias = has_bias && a.needs_input_grad[2];
+  const bool need_bias = adds_bias() && a.needs_input_grad[2];
   if (a.needs_input_grad[1]) {
     TensorList dw = call(std::make_shared<Conv2dBackwardWeightOp>(o, a.input_descs[1].shape, need_bias), {x, dy});
     g[1] = dw[0];
@@ -105,7 +105,45 @@ absl::StatusOr<TensorList> Conv2dOp::backward(const BackwardArgs& a) const {
   return g;
 }
 
-std::string Conv2dOp::attrs() const { return conv_attrs(o) + (has_bias ? " bias" : ""); }
+std::string Conv2dOp::attrs() const {
+  return conv_attrs(o) + (has_bias ? (bias_ignored ? " bias=ignored" : " bias") : "");
+}
+
+void Conv2dOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  const size_t n = has_bias ? 3 : 2;
+  out.push_back(all_r(n, 1));
+  std::vector<TensorDesc> y;
+  if (in.size() != n || !infer(in, y).ok()) return;
+  const Shape& x = in[0].shape;
+  const Shape& w = in[1].shape;
+  auto with = [&](Placement px, Placement pw, Placement pb, Placement py, Mode m) {
+    Signature s = sig({px, pw}, {py}, m);
+    if (has_bias) s.in.push_back(pb);
+    out.push_back(std::move(s));
+  };
+  if (can_split(x, 0, parts)) with(Placement::S(0), Placement::R(), Placement::R(), Placement::S(0), Mode::kP1);
+  if (o.groups == 1) {
+    if (can_split(x, 1, parts)) with(Placement::S(1), Placement::S(1), Placement::R(), Placement::P(), Mode::kP3);
+    if (can_split(w, 0, parts)) with(Placement::R(), Placement::S(0), Placement::S(0), Placement::S(1), Mode::kP4);
+  } else if (o.groups == x[1] && w[0] == x[1] && can_split(x, 1, parts)) {
+    with(Placement::S(1), Placement::S(0), Placement::S(0), Placement::S(1), Mode::kNone);
+  }
+}
+
+std::shared_ptr<const OpDef> Conv2dOp::shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
+                                                const ShardContext& g) const {
+  if (s.out.empty()) return nullptr;
+  // P3: the partial sums hold the bias once, on rank 0.
+  if (s.out[0].partial()) return has_bias && g.index != 0 ? std::make_shared<Conv2dOp>(o, true, true) : nullptr;
+  // Depthwise on split channels: one group per local channel.
+  if (o.groups > 1 && s.in[0].split() && s.in[0].dim == 1 && !in.empty()) {
+    Conv2dOptions local = o;
+    local.groups = static_cast<int>(sbp::local_dim(in[0].shape[1], g));
+    return std::make_shared<Conv2dOp>(local, has_bias, bias_ignored);
+  }
+  return nullptr;
+}
 
 // ---- gradient of the input ----
 absl::Status Conv2dBackwardInputOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {

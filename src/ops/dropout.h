@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "op_def.h"
+#include "ops/sbp.h"
 
 namespace mtc {
 
@@ -25,7 +26,11 @@ inline uint64_t dropout_threshold(float p) { return static_cast<uint64_t>(static
 
 // DropoutOp: x f32 -> x * mask / (1 - p). Its backward is the same op (same p, same
 // seed) applied to dy. p must lie in [0, 1).
-struct DropoutOp final : OpDef {
+//
+// DTP: R -> R (every rank draws the same mask from the same seed); P -> P (the mask is
+// the same on every rank, and x * mask is linear in x). No split: a shard's elements
+// would draw the mask of the shard's local indices, not of their global ones.
+struct DropoutOp final : SbpOp {
   double flops_per_element() const override { return 3; }  // hash, compare, scale
   MTC_OP_SCHEMA("dropout")
   DropoutOp(float p, uint64_t seed) : p(p), seed(seed) {}
@@ -33,6 +38,7 @@ struct DropoutOp final : OpDef {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   float p;
   uint64_t seed;
 };

@@ -26,8 +26,37 @@ absl::StatusOr<TensorList> EmbeddingOp::backward(const BackwardArgs& a) const {
   const Tensor& dy = a.grad_outputs[0];
   TensorList g(2);  // indices get no gradient
   if (!dy.defined() || !a.needs_input_grad[0]) return g;
-  g[0] = call1(std::make_shared<EmbeddingGradOp>(a.input_descs[0].shape[0]), {a.inputs[1], dy});
+  g[0] = call1(std::make_shared<EmbeddingGradOp>(a.input_descs[0].shape[0], offset, global_vocab), {a.inputs[1], dy});
   return g;
+}
+
+std::string EmbeddingOp::attrs() const {
+  return masked() ? absl::StrCat("rows=", offset, "+ of ", global_vocab) : "";
+}
+
+void EmbeddingOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  using namespace sbp;
+  out.push_back(all_r(in.size(), 1));
+  std::vector<TensorDesc> y;
+  if (in.size() != 2 || !infer(in, y).ok()) return;
+  const Shape& w = in[0].shape;
+  const Shape& idx = in[1].shape;
+  if (can_split(w, 1, parts)) {
+    out.push_back(sig({Placement::S(1), Placement::R()}, {Placement::S(static_cast<int>(idx.size()))}, Mode::kP4));
+  }
+  if (can_split(w, 0, parts)) out.push_back(sig({Placement::S(0), Placement::R()}, {Placement::P()}, Mode::kP3));
+  for (int d = 0; d < static_cast<int>(idx.size()); ++d) {
+    if (can_split(idx, d, parts)) out.push_back(sig({Placement::R(), Placement::S(d)}, {Placement::S(d)}, Mode::kP1));
+  }
+}
+
+std::shared_ptr<const OpDef> EmbeddingOp::shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
+                                                   const ShardContext& g) const {
+  // The vocabulary split: this rank's rows of the table, zeros for the others' indices.
+  if (s.in.empty() || !s.in[0].split() || s.in[0].dim != 0 || in.empty()) return nullptr;
+  const int64_t v = in[0].shape[0];
+  return std::make_shared<EmbeddingOp>(offset + partition::shard_range(v, g.parts, g.index).offset,
+                                       masked() ? global_vocab : v);
 }
 
 absl::Status EmbeddingGradOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
@@ -45,7 +74,9 @@ absl::Status EmbeddingGradOp::infer(std::span<const TensorDesc> in, std::vector<
   return absl::OkStatus();
 }
 
-std::string EmbeddingGradOp::attrs() const { return absl::StrCat("V=", vocab); }
+std::string EmbeddingGradOp::attrs() const {
+  return masked() ? absl::StrCat("V=", vocab, " rows=", offset, "+ of ", global_vocab) : absl::StrCat("V=", vocab);
+}
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return call1(std::make_shared<EmbeddingOp>(), {weight, indices});

@@ -116,6 +116,32 @@ absl::StatusOr<TensorList> GlobalAvgPoolOp::backward(const BackwardArgs& a) cons
   return TensorList{expand(reshape(scale(dy, inv), {xs[0], xs[1], 1, 1}), xs)};
 }
 
+// ---- DTP tables ----
+namespace {
+// pool_signatures: R; S(0) and S(1) (N and C) kept; P kept when the pool is linear.
+void pool_signatures(const OpDef& op, std::span<const TensorDesc> in, int parts, bool linear,
+                     partition::SignatureList& out) {
+  using namespace sbp;
+  out.push_back(all_r(in.size(), 1));
+  std::vector<TensorDesc> y;
+  if (in.size() != 1 || !op.infer(in, y).ok()) return;
+  for (int d : {0, 1}) {
+    if (can_split(in[0].shape, d, parts)) out.push_back(sig({Placement::S(d)}, {Placement::S(d)}));
+  }
+  if (linear) out.push_back(sig({Placement::P()}, {Placement::P()}));
+}
+}  // namespace
+
+void MaxPool2dOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  pool_signatures(*this, in, parts, false, out);
+}
+void AvgPool2dOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  pool_signatures(*this, in, parts, true, out);
+}
+void GlobalAvgPoolOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  pool_signatures(*this, in, parts, true, out);
+}
+
 // ---- API ----
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o) { return call1(std::make_shared<MaxPool2dOp>(o), {x}); }
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o) { return call1(std::make_shared<AvgPool2dOp>(o), {x}); }

@@ -4,17 +4,22 @@
 
 #include "mtc/ops.h"
 #include "op_def.h"
+#include "ops/sbp.h"
 
 namespace mtc {
 
+// DTP of the pools: R -> R; S(0) -> S(0); S(1) -> S(1) (each image and channel on its own;
+// windows cross H and W, so those are not split); the averages also P -> P (linear).
+
 // MaxPool2dOp: x (N, C, H, W) -> (N, C, OH, OW); padding reads as -infinity.
-struct MaxPool2dOp final : OpDef {
+struct MaxPool2dOp final : SbpOp {
   MTC_OP_SCHEMA("max_pool2d")
   explicit MaxPool2dOp(Pool2dOptions o) : o(o) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 1; }  // x: the backward finds the argmax again
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   Pool2dOptions o;
 };
 
@@ -31,13 +36,14 @@ struct MaxPool2dBackwardOp final : OpDef {
 
 // AvgPool2dOp: x (N, C, H, W) -> (N, C, OH, OW); padding counts toward the divisor
 // (count_include_pad=True), so every window divides by KH * KW.
-struct AvgPool2dOp final : OpDef {
+struct AvgPool2dOp final : SbpOp {
   MTC_OP_SCHEMA("avg_pool2d")
   explicit AvgPool2dOp(Pool2dOptions o) : o(o) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   Pool2dOptions o;
 };
 
@@ -53,11 +59,12 @@ struct AvgPool2dBackwardOp final : OpDef {
 };
 
 // GlobalAvgPoolOp: x (N, C, H, W) -> (N, C), the mean over H and W.
-struct GlobalAvgPoolOp final : OpDef {
+struct GlobalAvgPoolOp final : SbpOp {
   MTC_OP_SCHEMA("global_avg_pool")
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
+  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
 };
 
 }  // namespace mtc

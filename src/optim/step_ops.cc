@@ -37,4 +37,24 @@ std::string AdamWStepOp::attrs() const {
                          beta1, beta2, eps, step_size, bias_correction2_sqrt);
 }
 
+// ---- DTP tables ----
+namespace {
+void step_signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) {
+  out.push_back(sbp::all_r(in.size(), 0));
+  if (in.empty()) return;
+  for (int d = 0; d < static_cast<int>(in[0].shape.size()); ++d) {
+    if (sbp::can_split(in[0].shape, d, parts)) {
+      out.push_back(sbp::uniform(in.size(), partition::Placement::S(d), 0, partition::Placement::R()));
+    }
+  }
+}
+}  // namespace
+
+void SgdStepOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  step_signatures(in, parts, out);
+}
+void AdamWStepOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+  step_signatures(in, parts, out);
+}
+
 }  // namespace mtc::optim

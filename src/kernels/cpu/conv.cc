@@ -264,12 +264,13 @@ void sum_bias(const TensorView& dy, float* db) {
 }
 
 absl::Status conv2d(const Conv2dOp& op, const KernelArgs& a) {
+  const bool bias = op.adds_bias();
   if (empty_problem(a)) {
-    if (op.has_bias) fill_bias(a.out[0], a.in[2].f32());
+    if (bias) fill_bias(a.out[0], a.in[2].f32());
     return absl::OkStatus();
   }
   MTC_ASSIGN_OR_RETURN(const ConvPlan* plan,
-                       plan_cache().get(Pass::kForward, op.o, a.in[0].shape(), a.in[1].shape(), op.has_bias));
+                       plan_cache().get(Pass::kForward, op.o, a.in[0].shape(), a.in[1].shape(), bias));
   return run_plan(*plan, a);
 }
 

@@ -19,14 +19,27 @@ absl::Status check_indices(const int32_t* idx, int64_t n, int64_t vocab) {
       absl::StrCat("index ", idx[bad], " at position ", bad, " is out of range for a table of V = ", vocab, " rows"));
 }
 
-absl::Status embedding(const EmbeddingOp&, const KernelArgs& a) {
+absl::Status embedding(const EmbeddingOp& op, const KernelArgs& a) {
   const int64_t vocab = a.in[0].dim(0), d = a.in[0].dim(1);
   const float* w = a.in[0].f32();
   const int32_t* idx = a.in[1].i32();
   const int64_t n = a.in[1].numel();
-  MTC_RETURN_IF_ERROR(check_indices(idx, n, vocab));
+  MTC_RETURN_IF_ERROR(check_indices(idx, n, op.masked() ? op.global_vocab : vocab));
   if (d == 0) return absl::OkStatus();
   float* y = a.out[0].f32();
+  if (op.masked()) {
+    // A vocabulary shard: rows [offset, offset + vocab) are here, the others read as zeros.
+#pragma omp parallel for if (n * d > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = idx[i] - op.offset;
+      if (r >= 0 && r < vocab) {
+        std::memcpy(y + i * d, w + r * d, static_cast<size_t>(d) * sizeof(float));
+      } else {
+        std::memset(y + i * d, 0, static_cast<size_t>(d) * sizeof(float));
+      }
+    }
+    return absl::OkStatus();
+  }
 #pragma omp parallel for if (n * d > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * d, w + idx[i] * d, static_cast<size_t>(d) * sizeof(float));
   return absl::OkStatus();
@@ -37,14 +50,23 @@ absl::Status embedding_grad(const EmbeddingGradOp& op, const KernelArgs& a) {
   const int64_t n = a.in[0].numel();
   const float* dy = a.in[1].f32();
   const int64_t vocab = op.vocab, d = a.out[0].dim(1);
-  MTC_RETURN_IF_ERROR(check_indices(idx, n, vocab));
+  MTC_RETURN_IF_ERROR(check_indices(idx, n, op.masked() ? op.global_vocab : vocab));
   if (d == 0) return absl::OkStatus();
-  // start[v] .. start[v + 1]: the positions holding index v, in increasing order.
+  // row(i): the row of dweight position i adds to, or -1 (another shard's row).
+  auto row = [&](int64_t i) -> int64_t {
+    const int64_t r = idx[i] - op.offset;
+    return r >= 0 && r < vocab ? r : -1;
+  };
+  // start[v] .. start[v + 1]: the positions holding row v, in increasing order.
   std::vector<int64_t> start(vocab + 1, 0), pos(n);
-  for (int64_t i = 0; i < n; ++i) ++start[idx[i] + 1];
+  for (int64_t i = 0; i < n; ++i) {
+    if (const int64_t r = row(i); r >= 0) ++start[r + 1];
+  }
   for (int64_t v = 0; v < vocab; ++v) start[v + 1] += start[v];
   std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  for (int64_t i = 0; i < n; ++i) pos[fill[idx[i]]++] = i;
+  for (int64_t i = 0; i < n; ++i) {
+    if (const int64_t r = row(i); r >= 0) pos[fill[r]++] = i;
+  }
   float* dw = a.out[0].f32();
 #pragma omp parallel for schedule(dynamic, 16) if (vocab * d + n * d > kParallelGrain)
   for (int64_t v = 0; v < vocab; ++v) {

@@ -281,7 +281,7 @@ absl::Status conv2d(const Conv2dOp& op, const KernelArgs& a) {
   cudaStream_t st = stream(a.ctx);
   if (is_empty_problem(a)) {
     MTC_RETURN_IF_ERROR(fill_zero(y, st));
-    return op.has_bias ? add_bias(y, a.in[2], st) : absl::OkStatus();
+    return op.adds_bias() ? add_bias(y, a.in[2], st) : absl::OkStatus();
   }
   ConvDescriptors d;
   MTC_RETURN_IF_ERROR(d.init(op.o, x.shape(), w.shape()));
@@ -295,7 +295,7 @@ absl::Status conv2d(const Conv2dOp& op, const KernelArgs& a) {
                                      y.data));
     return absl::OkStatus();
   }));
-  return op.has_bias ? add_bias(y, a.in[2], st) : absl::OkStatus();
+  return op.adds_bias() ? add_bias(y, a.in[2], st) : absl::OkStatus();
 }
 
 absl::Status conv2d_backward_input(const Conv2dBackwardInputOp& op, const KernelArgs& a) {

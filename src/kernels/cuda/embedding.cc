@@ -28,11 +28,12 @@ absl::Status check_indices(KernelContext& ctx, const int32_t* idx, int64_t n, in
                                                  " is out of range for a table of V = ", vocab, " rows"));
 }
 
-absl::Status embedding(const EmbeddingOp&, const KernelArgs& a) {
+absl::Status embedding(const EmbeddingOp& op, const KernelArgs& a) {
   const int64_t vocab = a.in[0].dim(0), d = a.in[0].dim(1);
   const int64_t n = a.in[1].numel();
-  MTC_RETURN_IF_ERROR(check_indices(a.ctx, a.in[1].i32(), n, vocab));
-  launch_gather_rows(a.in[0].f32(), vocab, d, a.in[1].i32(), n, a.out[0].f32(), stream(a.ctx));
+  MTC_RETURN_IF_ERROR(check_indices(a.ctx, a.in[1].i32(), n, op.masked() ? op.global_vocab : vocab));
+  // A vocabulary shard (op.offset): indices of other shards' rows give zero rows.
+  launch_gather_rows(a.in[0].f32(), vocab, d, a.in[1].i32(), n, op.offset, a.out[0].f32(), stream(a.ctx));
   return last_launch("embedding");
 }
 
@@ -40,7 +41,7 @@ absl::Status embedding_grad(const EmbeddingGradOp& op, const KernelArgs& a) {
   const int32_t* idx = a.in[0].i32();
   const int64_t n = a.in[0].numel();
   const int64_t vocab = op.vocab, d = a.out[0].dim(1);
-  MTC_RETURN_IF_ERROR(check_indices(a.ctx, idx, n, vocab));
+  MTC_RETURN_IF_ERROR(check_indices(a.ctx, idx, n, op.masked() ? op.global_vocab : vocab));
   if (d == 0 || vocab == 0) return absl::OkStatus();
   if (n >= (int64_t{1} << 32)) {
     // The sort keys hold a position in 32 bits.
@@ -48,7 +49,7 @@ absl::Status embedding_grad(const EmbeddingGradOp& op, const KernelArgs& a) {
         absl::StrCat("embedding_grad on CUDA takes fewer than 2^32 indices, got ", n));
   }
   MTC_ASSIGN_OR_RETURN(void* scratch, a.ctx.scratch(embedding_grad_scratch_bytes(n, vocab)));
-  launch_embedding_grad(idx, n, a.in[1].f32(), d, vocab, a.out[0].f32(), scratch, stream(a.ctx));
+  launch_embedding_grad(idx, n, op.offset, a.in[1].f32(), d, vocab, a.out[0].f32(), scratch, stream(a.ctx));
   return last_launch("embedding_grad");
 }
 

@@ -33,23 +33,26 @@ __global__ void check_kernel(const int32_t* __restrict__ v, int64_t n, int64_t l
 }
 
 __global__ void gather_rows_kernel(const float* __restrict__ w, int64_t rows, int64_t d,
-                                   const int32_t* __restrict__ idx, int64_t n, float* __restrict__ y) {
+                                   const int32_t* __restrict__ idx, int64_t n, int64_t offset,
+                                   float* __restrict__ y) {
   const int64_t total = n * d;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e / d, k = e - i * d;
-    const int32_t r = idx[i];
+    const int64_t r = idx[i] - offset;
     y[e] = r >= 0 && r < rows ? w[r * d + k] : 0.f;
   }
 }
 
-// init_keys: keys[i] = (idx[i] << 32) | i for i < n, padding up to p.
-__global__ void init_keys_kernel(const int32_t* __restrict__ idx, int64_t n, int64_t p,
-                                 uint64_t* __restrict__ keys) {
+// init_keys: keys[i] = (row << 32) | i for i < n, row = idx[i] - offset; padding up to
+// p, and for a row outside [0, vocab) (another vocabulary shard's): those sort last and
+// fall outside every row's range.
+__global__ void init_keys_kernel(const int32_t* __restrict__ idx, int64_t n, int64_t offset, int64_t vocab,
+                                 int64_t p, uint64_t* __restrict__ keys) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    keys[i] = i < n ? (static_cast<uint64_t>(static_cast<uint32_t>(idx[i])) << 32) | static_cast<uint64_t>(i)
-                    : kPad;
+    const int64_t r = i < n ? idx[i] - offset : -1;
+    keys[i] = r >= 0 && r < vocab ? (static_cast<uint64_t>(r) << 32) | static_cast<uint64_t>(i) : kPad;
   }
 }
 
@@ -169,23 +172,23 @@ cudaError_t find_out_of_range(const int32_t* v, int64_t n, int64_t limit, void* 
   return e == cudaSuccess ? cudaGetLastError() : e;
 }
 
-void launch_gather_rows(const float* w, int64_t rows, int64_t d, const int32_t* idx, int64_t n, float* y,
-                        cudaStream_t stream) {
+void launch_gather_rows(const float* w, int64_t rows, int64_t d, const int32_t* idx, int64_t n, int64_t offset,
+                        float* y, cudaStream_t stream) {
   if (n <= 0 || d <= 0) return;
-  gather_rows_kernel<<<blocks(n * d), 256, 0, stream>>>(w, rows, d, idx, n, y);
+  gather_rows_kernel<<<blocks(n * d), 256, 0, stream>>>(w, rows, d, idx, n, offset, y);
 }
 
 size_t embedding_grad_scratch_bytes(int64_t n, int64_t vocab) {
   return sizeof(uint64_t) * static_cast<size_t>(padded(n)) + sizeof(int64_t) * static_cast<size_t>(vocab + 1);
 }
 
-void launch_embedding_grad(const int32_t* idx, int64_t n, const float* dy, int64_t d, int64_t vocab,
+void launch_embedding_grad(const int32_t* idx, int64_t n, int64_t offset, const float* dy, int64_t d, int64_t vocab,
                            float* dw, void* scratch, cudaStream_t stream) {
   if (vocab <= 0 || d <= 0) return;
   const int64_t p = padded(n);
   auto* keys = static_cast<uint64_t*>(scratch);
   auto* starts = reinterpret_cast<int64_t*>(keys + p);
-  init_keys_kernel<<<blocks(p), 256, 0, stream>>>(idx, n, p, keys);
+  init_keys_kernel<<<blocks(p), 256, 0, stream>>>(idx, n, offset, vocab, p, keys);
   if (p >= 2) {
     const int64_t tile = p < kTile ? p : kTile;
     const unsigned tiles = static_cast<unsigned>(p / tile), threads = static_cast<unsigned>(tile / 2);
