@@ -23,6 +23,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dist/collective_ops.h"
 #include "partition/placement.h"
@@ -53,22 +54,57 @@ struct ConvertOp final : CollectiveOp {
   partition::Conversion step;  // plan_conversion(from, to)
 };
 
-// ConvertLayout: a dimension d of a row-major shape viewed as (outer, n, inner); shard r
-// of it is the strided 2-D block of `outer` rows of len_r * inner elements at column
-// off_r * inner, row pitch n * inner.
-struct ConvertLayout {
-  int64_t outer = 1, n = 1, inner = 1;
+// ConvertKernel: what a conversion's kernel does, worked out once for both devices:
+// strided 2-D copies of x into scratch (pack) and zeroed scratch ranges (the padding),
+// one collective, then copies into y (unpack). A shard r of dimension d, the tensor
+// viewed as (outer, n, inner), is `outer` rows of len_r * inner elements at column
+// off_r * inner, row pitch n * inner: each pack or unpack is one such copy. Offsets,
+// pitches and widths count elements; each device's kernel takes the plan from
+// prepare_kernel and runs the copies with its own engine (memcpy, cudaMemcpy2DAsync) and
+// the collective (issue) on its own queue.
+struct ConvertKernel {
+  enum class Buffer : uint8_t { kX = 0, kY = 1, kScratch = 2 };
+  struct Copy {
+    Buffer dst, src;
+    size_t dst_at, dst_pitch, src_at, src_pitch, width;
+    int64_t rows;
+  };
+  struct Zero {
+    size_t at, count;  // in scratch
+  };
+  size_t scratch = 0;  // elements of scratch the kernel needs
+  std::vector<Copy> pack, unpack;
+  std::vector<Zero> zero;
+  Buffer send = Buffer::kX, recv = Buffer::kY;
+  size_t send_at = 0, recv_at = 0;
+  size_t count = 0;                              // all_reduce: all; all_gather, reduce_scatter: per rank
+  std::vector<size_t> send_counts, recv_counts;  // all_to_all_v
+  partition::Step step = partition::Step::kNone;
+
+  // The buffers, bound by prepare_kernel: x, y, scratch; the element size.
+  char* base[3] = {};
+  size_t element_bytes = 4;
+  comm::DataType type = comm::DataType::kF32;
+
+  // at: element i of buffer b, as a byte address.
+  char* at(Buffer b, size_t i) const { return base[static_cast<int>(b)] + i * element_bytes; }
+  // issue: starts the collective on c, from `send` at send_at to `recv` at recv_at.
+  std::shared_ptr<comm::Work> issue(comm::Communicator& c) const;
 };
-ConvertLayout layout_along(const Shape& s, int d);
+// kernel_plan: op's kernel for x and y of these shapes, on this rank of op.comm.
+ConvertKernel kernel_plan(const ConvertOp& op, const Shape& x, const Shape& y);
+// prepare_kernel: the plan for a kernel call, its scratch taken from a.ctx and its
+// buffers bound.
+absl::StatusOr<ConvertKernel> prepare_kernel(const ConvertOp& op, const KernelArgs& a);
 
 // break_convert_backward: TESTING ONLY. The step named by the environment variable
-// MTC_TESTING_BREAK_CONVERT_BACKWARD (read once; "all_gather", "all_to_all", "all_reduce"
-// or "reduce_scatter") gets a wrong backward: its gradient is not reduced/exchanged across
-// the ranks, only this rank's part is kept (all_gather: the local slice instead of the
-// reduce_scatter; reduce_scatter: the gradient zero-padded instead of gathered;
-// all_reduce: the gradient as it is; all_to_all: the local slice of the gradient's
-// shard, zero-padded). Lets an equivalence test show that it catches a wrong rule. Never
-// set it outside tests.
+// MTC_TESTING_BREAK_CONVERT_BACKWARD ("all_gather", "all_to_all", "all_reduce" or
+// "reduce_scatter"; read once, at the first call) gets a wrong
+// backward that keeps only this rank's part of the gradient, with no communication:
+// all_gather the local slice instead of the reduce_scatter, reduce_scatter the gradient
+// zero-padded instead of gathered, all_reduce the gradient as it is, all_to_all zeros.
+// Lets an equivalence test show that it catches a wrong rule (tests/convert_mpitest.cc's
+// _broken runs). Never set it outside tests; kNone when unset.
 partition::Step break_convert_backward();
 
 }  // namespace mtc::dist
