@@ -102,7 +102,7 @@ double conversion_bytes(Conversion c, double global_bytes, int parts) {
 
 absl::StatusOr<Choice> choose(absl::string_view op_name, std::span<const Signature> sigs,
                               std::span<const Placement> have, std::span<const TensorDesc> global,
-                              std::span<const Fixed> fixed, int parts, Mode forced) {
+                              std::span<const Fixed> fixed, int parts, Mode forced, bool strict) {
   auto inputs_str = [&] {
     std::vector<std::string> v;
     for (size_t i = 0; i < have.size(); ++i) v.push_back(describe(global[i], have[i]));
@@ -113,11 +113,18 @@ absl::StatusOr<Choice> choose(absl::string_view op_name, std::span<const Signatu
     if (s.mode != Mode::kNone && std::find(modes.begin(), modes.end(), s.mode) == modes.end()) modes.push_back(s.mode);
   }
   std::sort(modes.begin(), modes.end());
-  const bool restrict = forced != Mode::kNone && std::find(modes.begin(), modes.end(), forced) != modes.end();
-  std::optional<Choice> best;
+  const bool has_forced = forced != Mode::kNone && std::find(modes.begin(), modes.end(), forced) != modes.end();
+  if (strict && forced != Mode::kNone && !modes.empty() && !has_forced) {
+    return absl::InvalidArgumentError(absl::StrCat("op ", op_name, " on ", inputs_str(), " cannot take mode ",
+                                                   mode_name(forced), ": it has ",
+                                                   absl::StrJoin(modes, ", ", [](std::string* o, Mode m) { o->append(mode_name(m)); })));
+  }
+  auto replicated_outputs = [](const Signature& s) {
+    return std::count_if(s.out.begin(), s.out.end(), [](const Placement& p) { return p.replicated(); });
+  };
+  std::optional<Choice> best, best_forced;
   for (size_t k = 0; k < sigs.size(); ++k) {
     const Signature& s = sigs[k];
-    if (restrict && s.mode != forced) continue;
     if (s.in.size() != have.size()) continue;
     Choice c;
     c.index = k;
@@ -128,9 +135,17 @@ absl::StatusOr<Choice> choose(absl::string_view op_name, std::span<const Signatu
       c.convert.push_back(conv);
       c.bytes += conversion_bytes(conv, static_cast<double>(global[i].bytes()), parts);
     }
-    if (ok && (!best || c.bytes < best->bytes)) best = std::move(c);
+    if (!ok) continue;
+    auto better = [&](const std::optional<Choice>& b) {
+      return !b || c.bytes < b->bytes ||
+             (c.bytes == b->bytes && replicated_outputs(s) < replicated_outputs(sigs[b->index]));
+    };
+    if (has_forced && s.mode == forced && better(best_forced)) best_forced = c;
+    if (better(best)) best = std::move(c);
   }
-  if (best) return *best;
+  if (best_forced) return *best_forced;
+  if (best && !(strict && has_forced)) return *best;
+  const bool restrict = strict && has_forced;
   const std::string have_modes = modes.empty() ? "none" : absl::StrJoin(modes, ", ", [](std::string* o, Mode m) { o->append(mode_name(m)); });
   if (restrict) {
     return absl::InvalidArgumentError(absl::StrCat("op ", op_name, " on ", inputs_str(), ": mode ", mode_name(forced),

@@ -102,11 +102,15 @@ struct Choice {
 enum class Fixed : uint8_t { kAny = 0, kNever = 1 };
 // choose: among `sigs` (those of mode `forced` only, when forced is not kNone and the op
 // has signatures of that mode), the one whose input conversions send the fewest bytes;
-// ties go to the earlier signature. Inputs marked kNever must already have the placement
-// a signature asks for. Errors name the op, its inputs and the modes it has.
+// ties go to the one with fewer Replicated outputs (the op's work split, not repeated),
+// then to the earlier signature. Inputs marked kNever must already have the placement a
+// signature asks for. strict: a forced mode is required (an error when no signature of
+// it fits); otherwise it is a preference, and the op takes another mode its inputs allow
+// (the dispatch under --dtp=pN, where the parameters' placements decide). Errors name
+// the op, its inputs and the modes it has.
 absl::StatusOr<Choice> choose(absl::string_view op_name, std::span<const Signature> sigs,
                               std::span<const Placement> have, std::span<const TensorDesc> global,
-                              std::span<const Fixed> fixed, int parts, Mode forced);
+                              std::span<const Fixed> fixed, int parts, Mode forced, bool strict = true);
 
 // Signature builders for the common tables (used by the ops' tables next to their
 // definitions):

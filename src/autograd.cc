@@ -1,6 +1,8 @@
 // The autograd tape and the backward pass. See autograd.h.
 #include "autograd.h"
 
+#include "dist/dtp.h"
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -24,6 +26,9 @@ thread_local Interpreter* tls_backward_interp = nullptr;
 bool in_backward() { return tls_backward_interp != nullptr; }
 
 TensorList call(std::shared_ptr<const OpDef> op, std::span<const Tensor> inputs) {
+  // DTP: an op on global tensors is split across their partition group; the dispatch
+  // comes back here with each rank's shards.
+  if (dtp::any_global(inputs)) return dtp::dispatch(std::move(op), inputs);
   Interpreter* interp = nullptr;
   for (const Tensor& t : inputs) {
     if (t.defined()) {
@@ -96,7 +101,14 @@ absl::Status run_backward(const Tensor& root, Tensor grad_root) {
     explicit InterpScope(Interpreter* i) : prev(std::exchange(tls_backward_interp, i)) {}
     ~InterpScope() { tls_backward_interp = prev; }
   } scope(root.interpreter());
-  if (!grad_root.defined()) grad_root = ones(root.shape());
+  if (!grad_root.defined()) {
+    // The quantity differentiated is the sum of the ranks' losses (include/mtc/distributed.h).
+    // A Partial loss is that sum already; a Replicated one is counted once per rank, so
+    // each rank seeds 1/p.
+    const int parts = root.global() ? dtp::group_size(root.ref()->dist->group) : 1;
+    grad_root = root.global() && dtp::placement(root).replicated() && parts > 1 ? full(root.shape(), 1.f / parts)
+                                                                               : ones(root.shape());
+  }
 
   const auto& root_meta = root.meta();
   if (!root_meta->grad_fn) {  // the loss is itself a leaf

@@ -9,13 +9,14 @@
 #include "autograd.h"
 #include "commands.h"
 #include "device.h"
+#include "dist/dtp.h"
 #include "executor.h"
 #include "mtc/status.h"
 
 namespace mtc {
 
 TensorRef::~TensorRef() {
-  if (id != 0 && interp) interp->del(id);
+  if (id != 0 && interp && !dist) interp->del(id);
 }
 
 std::shared_ptr<Interpreter> Interpreter::create(std::shared_ptr<Device> device,
@@ -158,7 +159,8 @@ TensorList Interpreter::apply(std::shared_ptr<const OpDef> op, std::span<const T
     MTC_CHECK(inputs[i].interpreter() == this, "op ", op->name(), ": input ", i,
               " belongs to another interpreter");
     any_poisoned |= inputs[i].poisoned();
-    in_descs.push_back(inputs[i].desc());
+    // A global handle (DTP) reaches the interpreter as this rank's shard.
+    in_descs.push_back(inputs[i].global() ? dtp::local(inputs[i]).desc() : inputs[i].desc());
   }
   std::vector<TensorDesc> out_descs;
   if (any_poisoned) return poisoned(std::vector<TensorDesc>(op->num_outputs()));

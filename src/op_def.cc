@@ -59,7 +59,7 @@ std::string op_context(const OpDef& op, std::span<const TensorDesc> in) {
                                    }));
 }
 
-void OpDef::signatures(std::span<const TensorDesc> in, partition::SignatureList& out) const {
+void OpDef::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   partition::Signature s;
   s.in.assign(in.size(), partition::Placement::R());
   s.out.assign(static_cast<size_t>(std::max(num_outputs(), 0)), partition::Placement::R());

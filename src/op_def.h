@@ -139,10 +139,14 @@ class OpDef {
 
   // ---- DTP (docs/dtp.md) ----
   // signatures: the placement signatures the op accepts for these global input
-  // descriptions, with the output placements each gives (OneFlow's SBP signatures). The
-  // default is the one that fits every op: every input and output Replicated (each rank
-  // computes the whole op). Each op's table sits next to its definition.
-  virtual void signatures(std::span<const TensorDesc> in, partition::SignatureList& out) const;
+  // descriptions on a group of `parts` ranks, with the output placements each gives
+  // (OneFlow's SBP signatures; the contract is partition/placement.h's). Some depend on
+  // parts: a dimension smaller than parts gets no split, a reshape keeps a split only
+  // where every rank's shard maps onto a standard shard. parts == 0: any group size (only
+  // the signatures exact for every p). The default is the one that fits every op: every
+  // input and output Replicated (each rank computes the whole op). Each op's table sits
+  // next to its definition; the builders they share are in src/ops/sbp.h.
+  virtual void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const;
   // shard_op: the op a rank runs on its shards under signature s, when it differs from
   // this one (attributes that name a global size, such as reshape's target shape or a
   // loss's divisor); null to run this op unchanged. `in` are the global descriptions.

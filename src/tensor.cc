@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dist/dtp.h"
 #include "mtc/interpreter.h"
 #include "mtc/status.h"
 
@@ -43,6 +44,11 @@ absl::StatusOr<std::vector<float>> Tensor::to_vector() const {
   if (!defined()) return absl::InvalidArgumentError("to_vector: undefined tensor");
   if (dtype() != DType::kF32) return absl::InvalidArgumentError(absl::StrCat("to_vector: tensor is ", desc().str(), ", expected f32"));
   std::vector<float> v(numel());
+  if (global()) {  // DTP: the whole tensor, gathered from the ranks (a collective)
+    const Tensor whole = dtp::gather(*this);
+    MTC_RETURN_IF_ERROR(interpreter()->get_value(whole, v.data(), v.size() * sizeof(float)));
+    return v;
+  }
   MTC_RETURN_IF_ERROR(interpreter()->get_value(*this, v.data(), v.size() * sizeof(float)));
   return v;
 }
@@ -51,6 +57,11 @@ absl::StatusOr<std::vector<int32_t>> Tensor::to_vector_i32() const {
   if (!defined()) return absl::InvalidArgumentError("to_vector_i32: undefined tensor");
   if (dtype() != DType::kI32) return absl::InvalidArgumentError(absl::StrCat("to_vector_i32: tensor is ", desc().str(), ", expected i32"));
   std::vector<int32_t> v(numel());
+  if (global()) {
+    const Tensor whole = dtp::gather(*this);
+    MTC_RETURN_IF_ERROR(interpreter()->get_value(whole, v.data(), v.size() * sizeof(int32_t)));
+    return v;
+  }
   MTC_RETURN_IF_ERROR(interpreter()->get_value(*this, v.data(), v.size() * sizeof(int32_t)));
   return v;
 }
@@ -72,11 +83,19 @@ Tensor& Tensor::set_requires_grad(bool r) {
   return *this;
 }
 
-Tensor Tensor::grad() const { return meta_ ? meta_->grad : Tensor(); }
+// A global parameter's gradient is kept as this rank's part (autograd adds local
+// tensors) and handed out held like the parameter.
+Tensor Tensor::grad() const {
+  if (!meta_) return Tensor();
+  if (global() && meta_->grad.defined() && !meta_->grad.global()) {
+    return dtp::wrap(meta_->grad, desc(), ref_->dist->placement, ref_->dist->group);
+  }
+  return meta_->grad;
+}
 
 void Tensor::set_grad(Tensor g) {
   if (!meta_) meta_ = std::make_shared<AutogradMeta>();
-  meta_->grad = std::move(g);
+  meta_->grad = g.global() ? dtp::local(g) : std::move(g);
 }
 
 namespace {

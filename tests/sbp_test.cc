@@ -179,16 +179,16 @@ void check_case(const Case& c, int parts, std::mt19937& rng, int* checked) {
   const size_t n_out = static_cast<size_t>(std::max(c.op->num_outputs(), 0));
 
   SignatureList sigs;
-  op_signatures(*c.op, descs, parts, sigs);
+  c.op->signatures(descs, parts, sigs);
   for (const Signature& s : sigs) {
     for (size_t i = 0; i < s.in.size() && i < descs.size(); ++i) {
       if (s.in[i].split()) EXPECT_TRUE(partition::splittable(descs[i].shape, s.in[i].dim, parts)) << s.str() << " input " << i;
     }
   }
-  // Those listed with no group size (OpDef::signatures) must hold for every p: checked
+  // Those listed for any group size (parts 0) must hold for every p: checked
   // here where their splits fit p.
   SignatureList any;
-  c.op->signatures(descs, any);
+  c.op->signatures(descs, 0, any);
   for (const Signature& s : any) {
     bool fits = s.in.size() == descs.size();
     for (size_t i = 0; fits && i < s.in.size(); ++i) {
@@ -307,7 +307,7 @@ void check_all(const std::vector<Case>& cases) {
 
 bool has_sig(const OpDef& op, std::vector<TensorDesc> in, int parts, const std::string& s) {
   SignatureList l;
-  op_signatures(op, in, parts, l);
+  op.signatures(in, parts, l);
   for (const Signature& t : l) {
     if (t.str() == s) return true;
   }
@@ -504,7 +504,7 @@ TEST(Sbp, ForcedModeErrorNamesTheOpAndItsModes) {
   const LinearOp op(true);
   const std::vector<TensorDesc> in = {fd({8, 6}), fd({9, 6}), fd({9})};
   SignatureList sigs;
-  op_signatures(op, in, 2, sigs);
+  op.signatures(in, 2, sigs);
   // The weight and bias are stored replicated parameters (never converted): P3 needs the
   // weight split.
   const std::vector<Placement> have = {Placement::S(0), Placement::R(), Placement::R()};

@@ -73,6 +73,9 @@ struct DataParallelOptions {
   // soon as the backward has completed every gradient in it. At most 63 gradients.
   size_t bucket_bytes = size_t{2} << 20;
   bool broadcast_parameters = true;  // copy rank 0's parameters and buffers at creation
+  // reduce: kAvg averages the gradients (each rank's loss is the mean over its share of
+  // the batch); kSum adds them (DTP: the loss is a sum over the ranks already).
+  Reduce reduce = Reduce::kAvg;
 };
 
 // DataParallelFigures: totals since creation.
@@ -96,6 +99,9 @@ class DataParallel {
  public:
   static absl::StatusOr<std::unique_ptr<DataParallel>> create(nn::Module& net, CommPtr c,
                                                                const DataParallelOptions& o = {});
+  // create: for these parameters only (DTP's Replicated ones), without buffers.
+  static absl::StatusOr<std::unique_ptr<DataParallel>> create(TensorList params, CommPtr c,
+                                                               const DataParallelOptions& o = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -110,7 +116,7 @@ class DataParallel {
 
  private:
   struct Bucket;
-  DataParallel(nn::Module& net, CommPtr c, const DataParallelOptions& o);
+  DataParallel(TensorList params, CommPtr c, const DataParallelOptions& o);
   void launch(Bucket& b);
   absl::Status init();
 

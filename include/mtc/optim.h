@@ -25,6 +25,8 @@ class Optimizer {
   float lr() const { return lr_; }
   void set_lr(float lr) { lr_ = lr; }  // for schedules
   const TensorList& params() const { return params_; }
+  // state_bytes: this rank's bytes of optimizer state (momentum, moments) made so far.
+  virtual size_t state_bytes() const = 0;
 
  protected:
   Optimizer(TensorList params, float lr) : params_(std::move(params)), lr_(lr) {}
@@ -51,6 +53,7 @@ class Sgd final : public Optimizer {
   // without momentum or with dampening (PyTorch's checks).
   static absl::StatusOr<std::unique_ptr<Sgd>> create(TensorList params, const SgdOptions& o);
   void step() override;
+  size_t state_bytes() const override;
   const SgdOptions& options() const { return opts_; }
   // momentum_buffer: parameter i's buffer; undefined before its first step or without momentum.
   const Tensor& momentum_buffer(size_t i) const { return bufs_[i]; }
@@ -77,6 +80,7 @@ class AdamW final : public Optimizer {
   // create: InvalidArgument for a negative lr, eps or weight decay, or betas outside [0, 1).
   static absl::StatusOr<std::unique_ptr<AdamW>> create(TensorList params, const AdamWOptions& o);
   void step() override;
+  size_t state_bytes() const override;
   const AdamWOptions& options() const { return opts_; }
   const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
   const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }

@@ -43,12 +43,19 @@ struct TensorDesc {
   bool operator==(const TensorDesc&) const = default;
 };
 
+// DistInfo: what makes a handle global under DTP (src/dist/dtp.h): its placement over a
+// partition group and the handle of this rank's shard.
+struct DistInfo;
+
 // TensorRef: the data side of a handle. Its destructor tells the interpreter that this
-// handle is gone (Del). Not for direct use.
+// handle is gone (Del). Not for direct use. A global handle (dist set, DTP) holds the
+// global description and the id of this rank's shard, whose own handle (in dist) is the
+// one that deletes it.
 struct TensorRef {
   uint64_t id = 0;                      // 0: poisoned (an earlier op failed; no record)
   TensorDesc desc;
   std::shared_ptr<Interpreter> interp;  // keeps the interpreter (and its device) alive
+  std::shared_ptr<DistInfo> dist;       // set on a global handle only
   TensorRef(uint64_t i, TensorDesc d, std::shared_ptr<Interpreter> in)
       : id(i), desc(std::move(d)), interp(std::move(in)) {}
   TensorRef(const TensorRef&) = delete;
@@ -97,6 +104,8 @@ class Tensor {
   absl::Status backward() const;
 
   const std::shared_ptr<TensorRef>& ref() const { return ref_; }
+  // global: a DTP handle, whose shape is the global one (docs/dtp.md).
+  bool global() const { return ref_ != nullptr && ref_->dist != nullptr; }
   const std::shared_ptr<AutogradMeta>& meta() const { return meta_; }
   void set_meta(std::shared_ptr<AutogradMeta> m) { meta_ = std::move(m); }
 

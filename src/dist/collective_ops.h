@@ -119,10 +119,11 @@ struct BucketState {
   std::shared_ptr<comm::Work> work;  // the all-reduce in flight
   std::shared_ptr<DataParallelFigures> figures;
   std::vector<size_t> offsets;  // each gradient's element offset in the flat buffer
+  comm::ReduceOp reduce = comm::ReduceOp::kAvg;  // DataParallelOptions::reduce
 };
 
 // BucketReduceOp: inputs flat, g1..gk. Packs the gradients into flat and starts its
-// all-reduce (average) on the communicator's queue; returns without waiting for it.
+// all-reduce (average, or sum: BucketState::reduce) on the communicator's queue; returns without waiting for it.
 struct BucketReduceOp final : CollectiveOp {
   MTC_OP_SCHEMA("bucket_reduce")
   BucketReduceOp(CommPtr c, std::shared_ptr<BucketState> s) : CollectiveOp(std::move(c)), state(std::move(s)) {}

@@ -28,8 +28,8 @@ struct DataParallel::Bucket {
   bool launched = false;
 };
 
-DataParallel::DataParallel(nn::Module& net, CommPtr c, const DataParallelOptions& o)
-    : comm_(std::move(c)), opts_(o), params_(net.parameters()),
+DataParallel::DataParallel(TensorList params, CommPtr c, const DataParallelOptions& o)
+    : comm_(std::move(c)), opts_(o), params_(std::move(params)),
       figures_(std::make_shared<DataParallelFigures>()) {}
 
 DataParallel::~DataParallel() {
@@ -40,9 +40,18 @@ DataParallel::~DataParallel() {
 
 absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::create(nn::Module& net, CommPtr c,
                                                                    const DataParallelOptions& o) {
+  MTC_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp, create(net.parameters(), std::move(c), o));
+  if (o.broadcast_parameters) {
+    for (const Tensor& b : net.buffers()) broadcast_(b, 0, dp->comm_);
+  }
+  return dp;
+}
+
+absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::create(TensorList params, CommPtr c,
+                                                                   const DataParallelOptions& o) {
   if (c == nullptr) return absl::InvalidArgumentError("data parallel: no communicator");
   if (o.bucket_bytes == 0) return absl::InvalidArgumentError("data parallel: bucket_bytes 0, expected > 0");
-  std::unique_ptr<DataParallel> dp(new DataParallel(net, std::move(c), o));
+  std::unique_ptr<DataParallel> dp(new DataParallel(std::move(params), std::move(c), o));
   if (dp->params_.empty()) return absl::InvalidArgumentError("data parallel: the module has no parameters");
   for (const Tensor& p : dp->params_) {
     if (!p.requires_grad() || p.meta()->grad_fn) {
@@ -52,7 +61,6 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::create(nn::Module& n
   dp->interp_ = dp->params_[0].interpreter();
   if (o.broadcast_parameters) {
     for (const Tensor& p : dp->params_) broadcast_(p, 0, dp->comm_);
-    for (const Tensor& b : net.buffers()) broadcast_(b, 0, dp->comm_);
   }
   MTC_RETURN_IF_ERROR(dp->init());
   return dp;
@@ -64,6 +72,7 @@ absl::Status DataParallel::init() {
     buckets_.push_back(std::make_unique<Bucket>());
     buckets_.back()->state = std::make_shared<BucketState>();
     buckets_.back()->state->figures = figures_;
+    buckets_.back()->state->reduce = to_comm(opts_.reduce);
   };
   start();
   for (size_t k = params_.size(); k-- > 0;) {

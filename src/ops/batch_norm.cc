@@ -107,7 +107,7 @@ OpCost BatchNormBackwardOp::cost(std::span<const TensorDesc> in, std::span<const
 
 std::string BatchNormBackwardOp::attrs() const { return training ? "train" : "eval"; }
 
-void BatchNormOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void BatchNormOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   const size_t n = in.size();
   out.push_back(all_r(n, 3));

@@ -19,7 +19,7 @@ namespace mtc {
 //   training: x S(0), the rest R -> S(0), R, R        the global batch's statistics:
 //             shard_run = bn_stats, all_reduce, sync_batch_norm (src/dist/sync_batch_norm.h)
 //   eval: x S(d), d not 1, the rest R -> S(d), R, R   the running statistics, local
-struct BatchNormOp final : SbpOp {
+struct BatchNormOp final : OpDef {
   MTC_OP_SCHEMA("batch_norm")
   BatchNormOp(bool training, float momentum, float eps, bool tracks_running)
       : training(training), momentum(momentum), eps(eps), tracks_running(tracks_running) {}
@@ -31,7 +31,7 @@ struct BatchNormOp final : SbpOp {
   uint64_t saves_outputs() const override { return 0b110; }    // mean, invstd
   uint64_t mutates_inputs() const override { return training && tracks_running ? 0b11000 : 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::optional<TensorList> shard_run(const partition::Signature& s, std::span<const TensorDesc> in,
                                       std::span<const Tensor> local_in, const ShardContext& g) const override;
   bool training;

@@ -109,7 +109,7 @@ std::string Conv2dOp::attrs() const {
   return conv_attrs(o) + (has_bias ? (bias_ignored ? " bias=ignored" : " bias") : "");
 }
 
-void Conv2dOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void Conv2dOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   const size_t n = has_bias ? 3 : 2;
   out.push_back(all_r(n, 1));

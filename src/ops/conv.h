@@ -27,7 +27,7 @@ inline int64_t conv_out_size(int64_t in, int64_t kernel, int stride, int pad, in
 //   R, S(0), S(0) -> S(1)   groups 1                     [p4]
 //   S(1), S(0), S(0) -> S(1)  depthwise (groups = C = OC); shard_op: groups = local C
 //   S(2) or S(3) are not listed (windows cross the shards).
-struct Conv2dOp final : SbpOp {
+struct Conv2dOp final : OpDef {
   MTC_OP_SCHEMA("conv2d")
   Conv2dOp(Conv2dOptions o, bool has_bias, bool bias_ignored = false)
       : o(o), has_bias(has_bias), bias_ignored(bias_ignored) {}
@@ -36,7 +36,7 @@ struct Conv2dOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0b011; }  // x, w; never the bias
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                         const ShardContext& g) const override;
   bool adds_bias() const { return has_bias && !bias_ignored; }

@@ -26,7 +26,7 @@ absl::StatusOr<TensorList> DropoutOp::backward(const BackwardArgs& a) const {
 
 std::string DropoutOp::attrs() const { return absl::StrFormat("p=%g seed=%#x", p, seed); }
 
-void DropoutOp::sbp(std::span<const TensorDesc> in, int, partition::SignatureList& out) const {
+void DropoutOp::signatures(std::span<const TensorDesc> in, int, partition::SignatureList& out) const {
   out.push_back(sbp::all_r(in.size(), 1));
   if (in.size() == 1) out.push_back(sbp::sig({partition::Placement::P()}, {partition::Placement::P()}));
 }

@@ -30,7 +30,7 @@ inline uint64_t dropout_threshold(float p) { return static_cast<uint64_t>(static
 // DTP: R -> R (every rank draws the same mask from the same seed); P -> P (the mask is
 // the same on every rank, and x * mask is linear in x). No split: a shard's elements
 // would draw the mask of the shard's local indices, not of their global ones.
-struct DropoutOp final : SbpOp {
+struct DropoutOp final : OpDef {
   double flops_per_element() const override { return 3; }  // hash, compare, scale
   MTC_OP_SCHEMA("dropout")
   DropoutOp(float p, uint64_t seed) : p(p), seed(seed) {}
@@ -38,7 +38,7 @@ struct DropoutOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   float p;
   uint64_t seed;
 };

@@ -138,7 +138,7 @@ namespace {
 int builder_parts(int parts) { return parts < 2 ? 2 : parts; }
 }  // namespace
 
-void BinaryOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void BinaryOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   std::vector<TensorDesc> y;
   if (in.size() != 2 || !infer(in, y).ok()) {
     out.push_back(sbp::all_r(in.size(), 1));
@@ -149,17 +149,17 @@ void BinaryOp::sbp(std::span<const TensorDesc> in, int parts, partition::Signatu
   if (!linear_sum) out.push_back(sbp::sig({partition::Placement::R(), partition::Placement::P()}, {partition::Placement::P()}));
 }
 
-void ScaleOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void ScaleOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   if (in.size() != 1) return out.push_back(sbp::all_r(in.size(), 1));
   partition::elementwise_signatures(in, in[0].shape, builder_parts(parts), out, 0);
 }
 
-void ActOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void ActOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   if (in.size() != 1) return out.push_back(sbp::all_r(in.size(), 1));
   partition::elementwise_signatures(in, in[0].shape, builder_parts(parts), out);
 }
 
-void ExpandOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void ExpandOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   std::vector<TensorDesc> y;
   if (in.size() != 1 || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), 1));
   partition::elementwise_signatures(in, shape, builder_parts(parts), out, 0);

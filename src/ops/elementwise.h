@@ -30,13 +30,13 @@ enum class BinaryKind : uint8_t { kAdd, kSub, kMul };
 // DTP (partition::elementwise_signatures): R, R -> R; S(d) on every input holding output
 // dim d unbroadcast, R on those broadcasting it -> S(d); add, sub: P, P -> P; mul:
 // P, R -> P and R, P -> P.
-struct BinaryOp final : SbpOp {
+struct BinaryOp final : OpDef {
   explicit BinaryOp(BinaryKind k) : kind(k) {}
   const OpSchema& schema() const override;
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return kind == BinaryKind::kMul ? 0b11 : 0; }
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   static OpSchema& add_schema();
   static OpSchema& sub_schema();
   static OpSchema& mul_schema();
@@ -44,14 +44,14 @@ struct BinaryOp final : SbpOp {
 };
 
 // ScaleOp: out = x * s. DTP: R -> R, S(d) -> S(d), P -> P.
-struct ScaleOp final : SbpOp {
+struct ScaleOp final : OpDef {
   MTC_OP_SCHEMA("scale")
   explicit ScaleOp(float s) : s(s) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   float s;
 };
 
@@ -59,14 +59,14 @@ enum class ActKind : uint8_t { kRelu, kSwish, kGelu };
 
 // ActOp: an activation. relu saves its output; swish and gelu save only their input.
 // DTP: R -> R, S(d) -> S(d) (not linear: no P).
-struct ActOp final : SbpOp {
+struct ActOp final : OpDef {
   explicit ActOp(ActKind k) : kind(k) {}
   const OpSchema& schema() const override;
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return kind == ActKind::kRelu ? 0 : 1; }
   uint64_t saves_outputs() const override { return kind == ActKind::kRelu ? 1 : 0; }
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   static OpSchema& relu_schema();
   static OpSchema& swish_schema();
   static OpSchema& gelu_schema();
@@ -89,7 +89,7 @@ struct ActGradOp final : OpDef {
 
 // ExpandOp: broadcasts x to `shape` (a copy). DTP: R -> R; S(d) on a dim x holds
 // unbroadcast -> S(d) of the output (shard_op: the local target shape); P -> P.
-struct ExpandOp final : SbpOp {
+struct ExpandOp final : OpDef {
   double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("expand")
   explicit ExpandOp(Shape s) : shape(std::move(s)) {}
@@ -97,7 +97,7 @@ struct ExpandOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                         const ShardContext& g) const override;
   Shape shape;

@@ -34,7 +34,7 @@ std::string EmbeddingOp::attrs() const {
   return masked() ? absl::StrCat("rows=", offset, "+ of ", global_vocab) : "";
 }
 
-void EmbeddingOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void EmbeddingOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   out.push_back(all_r(in.size(), 1));
   std::vector<TensorDesc> y;

@@ -18,7 +18,7 @@ namespace mtc {
 //   S(1), R -> S(last)        the embedding dim split            [p4]
 //   S(0), R -> P              the vocabulary split (shard_op: offset + masking)  [p3]
 //   R, S(d) -> S(d)           the indices split                  [p1]
-struct EmbeddingOp final : SbpOp {
+struct EmbeddingOp final : OpDef {
   double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("embedding")
   EmbeddingOp() = default;
@@ -27,7 +27,7 @@ struct EmbeddingOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0b10; }  // indices only
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                         const ShardContext& g) const override;
   bool masked() const { return global_vocab >= 0; }

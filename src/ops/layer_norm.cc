@@ -67,7 +67,7 @@ absl::Status LayerNormGradOp::infer(std::span<const TensorDesc> in, std::vector<
   return absl::OkStatus();
 }
 
-void LayerNormOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void LayerNormOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   out.push_back(all_r(in.size(), 1));
   if (in.empty()) return;

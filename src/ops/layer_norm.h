@@ -10,7 +10,7 @@ namespace mtc {
 
 // LayerNormOp: inputs x (..., D), then gamma (D) if has_gamma, then beta (D) if has_beta.
 // DTP: R -> R; x S(d), d not the last (normalised) dim, gamma and beta R -> S(d).
-struct LayerNormOp final : SbpOp {
+struct LayerNormOp final : OpDef {
   double flops_per_element() const override { return 8; }  // mean, variance, normalise, affine
   MTC_OP_SCHEMA("layer_norm")
   LayerNormOp(float eps, bool has_gamma, bool has_beta) : eps(eps), has_gamma(has_gamma), has_beta(has_beta) {}
@@ -18,7 +18,7 @@ struct LayerNormOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return has_gamma ? 0b11 : 0b1; }  // x, gamma
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   float eps;
   bool has_gamma, has_beta;
 };

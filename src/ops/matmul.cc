@@ -180,7 +180,7 @@ OpCost LinearBackwardWeightOp::cost(std::span<const TensorDesc> in, std::span<co
 }
 
 // ---- DTP tables ----
-void MatmulOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void MatmulOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   out.push_back(all_r(2, 1));
   std::vector<TensorDesc> y;
@@ -213,7 +213,7 @@ void MatmulOp::sbp(std::span<const TensorDesc> in, int parts, partition::Signatu
   out.push_back(sig({Placement::R(), Placement::P()}, {Placement::P()}));
 }
 
-void LinearOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void LinearOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   const size_t n = has_bias ? 3 : 2;
   out.push_back(all_r(n, 1));

@@ -20,14 +20,14 @@ namespace mtc {
 //   P, R -> P;  R, P -> P
 // Modes label only a product with a 2-D b (a weight); an activation-by-activation product
 // (attention) has none, so a forced mode leaves it free.
-struct MatmulOp final : SbpOp {
+struct MatmulOp final : OpDef {
   MTC_OP_SCHEMA("matmul")
   MatmulOp(bool trans_a = false, bool trans_b = false) : trans_a(trans_a), trans_b(trans_b) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   OpCost cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   // Plan: what the kernels read off the shapes of a, b and y: `batches` products of
   // (m, k) x (k, n), the batch dims of each, and `fold`: one b serves every batch of an
   // untransposed a, so the batch folds into a's rows and a single GEMM does.
@@ -50,7 +50,7 @@ struct MatmulOp final : SbpOp {
 //   S(last), S(1), R -> P   bias on rank 0 only      [p3]
 //   R, S(0), S(0) -> S(last)                         [p4]
 //   P, R, R -> P            bias on rank 0 only
-struct LinearOp final : SbpOp {
+struct LinearOp final : OpDef {
   MTC_OP_SCHEMA("linear")
   explicit LinearOp(bool has_bias, bool bias_ignored = false) : has_bias(has_bias), bias_ignored(bias_ignored) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -58,7 +58,7 @@ struct LinearOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0b011; }  // x, w
   std::string attrs() const override { return has_bias ? (bias_ignored ? "bias=ignored" : "bias") : ""; }
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                         const ShardContext& g) const override;
   bool has_bias;

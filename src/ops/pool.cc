@@ -132,13 +132,13 @@ void pool_signatures(const OpDef& op, std::span<const TensorDesc> in, int parts,
 }
 }  // namespace
 
-void MaxPool2dOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void MaxPool2dOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   pool_signatures(*this, in, parts, false, out);
 }
-void AvgPool2dOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void AvgPool2dOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   pool_signatures(*this, in, parts, true, out);
 }
-void GlobalAvgPoolOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void GlobalAvgPoolOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   pool_signatures(*this, in, parts, true, out);
 }
 

@@ -12,14 +12,14 @@ namespace mtc {
 // windows cross H and W, so those are not split); the averages also P -> P (linear).
 
 // MaxPool2dOp: x (N, C, H, W) -> (N, C, OH, OW); padding reads as -infinity.
-struct MaxPool2dOp final : SbpOp {
+struct MaxPool2dOp final : OpDef {
   MTC_OP_SCHEMA("max_pool2d")
   explicit MaxPool2dOp(Pool2dOptions o) : o(o) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 1; }  // x: the backward finds the argmax again
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   Pool2dOptions o;
 };
 
@@ -36,14 +36,14 @@ struct MaxPool2dBackwardOp final : OpDef {
 
 // AvgPool2dOp: x (N, C, H, W) -> (N, C, OH, OW); padding counts toward the divisor
 // (count_include_pad=True), so every window divides by KH * KW.
-struct AvgPool2dOp final : SbpOp {
+struct AvgPool2dOp final : OpDef {
   MTC_OP_SCHEMA("avg_pool2d")
   explicit AvgPool2dOp(Pool2dOptions o) : o(o) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   Pool2dOptions o;
 };
 
@@ -59,12 +59,12 @@ struct AvgPool2dBackwardOp final : OpDef {
 };
 
 // GlobalAvgPoolOp: x (N, C, H, W) -> (N, C), the mean over H and W.
-struct GlobalAvgPoolOp final : SbpOp {
+struct GlobalAvgPoolOp final : OpDef {
   MTC_OP_SCHEMA("global_avg_pool")
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
 };
 
 }  // namespace mtc

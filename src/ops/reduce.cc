@@ -73,7 +73,7 @@ int ReduceSumOp::out_dim(const Shape& x, int d) const {
   return found;
 }
 
-void ReduceSumOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void ReduceSumOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   out.push_back(all_r(in.size(), 1));
   std::vector<TensorDesc> y;

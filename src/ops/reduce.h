@@ -10,7 +10,7 @@ namespace mtc {
 
 // DTP: R -> R; S(d), d kept -> S(d's dim in the output) (shard_op: the local output
 // shape); S(d), d reduced -> P (a mean's scale is already 1 / the global count); P -> P.
-struct ReduceSumOp final : SbpOp {
+struct ReduceSumOp final : OpDef {
   MTC_OP_SCHEMA("sum")
   // reduce: one flag per input dim; out_shape: the output's shape (its numel must be
   // the product of the kept dims); scale: multiplies the sum.
@@ -20,7 +20,7 @@ struct ReduceSumOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                         const ShardContext& g) const override;
   // out_dim: the output dim that holds kept input dim d (of more than one element), or -1

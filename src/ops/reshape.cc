@@ -60,7 +60,7 @@ bool split_maps(const Shape& x, int d, const Shape& y, int e, int parts) {
 }
 }  // namespace
 
-void ReshapeOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void ReshapeOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   out.push_back(all_r(in.size(), 1));
   std::vector<TensorDesc> y;

@@ -15,7 +15,7 @@ namespace mtc {
 // N*T's in whole rows of T, and (N, T, D) S(2) -> (N, T, H, D/H) S(2) when D's shards
 // are whole heads. shard_op: the local target shape. With no group size known
 // (OpDef::signatures), only the splits exact for every p: a dim kept as is.
-struct ReshapeOp final : SbpOp {
+struct ReshapeOp final : OpDef {
   double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("reshape")
   explicit ReshapeOp(Shape s) : shape(std::move(s)) {}
@@ -23,7 +23,7 @@ struct ReshapeOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                         const ShardContext& g) const override;
   Shape shape;  // may hold one -1

@@ -3,14 +3,6 @@
 
 namespace mtc {
 
-void op_signatures(const OpDef& op, std::span<const TensorDesc> in, int parts, partition::SignatureList& out) {
-  if (const auto* t = dynamic_cast<const SbpOp*>(&op)) {
-    t->sbp(in, parts, out);
-  } else {
-    op.signatures(in, out);
-  }
-}
-
 namespace sbp {
 
 bool can_split(const Shape& s, int d, int parts) { return partition::splittable(s, d, parts < 2 ? 2 : parts); }

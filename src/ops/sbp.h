@@ -1,5 +1,4 @@
-// DTP's per-op tables: the base of the ops whose placement signatures depend on the size
-// of the partition group, and the builders the tables share. Each op's table sits next
+// DTP's per-op tables: the builders the tables share. Each op's table sits next
 // to its definition (src/ops/*.cc, src/optim/step_ops.cc); the contract of a signature
 // is partition/placement.h's: for inputs held with placements s.in, the op run on each
 // rank's local inputs (or shard_op's op, where attributes name global sizes) gives that
@@ -14,20 +13,6 @@
 #include "partition/placement.h"
 
 namespace mtc {
-
-// SbpOp: an op with its own table. sbp() lists its signatures for a group of `parts`
-// ranks: some depend on it (a dim smaller than parts gets no split; a reshape keeps a
-// split only where every rank's shard maps onto the matching standard shard).
-// parts == 0 means "any group size": only the signatures exact for every p, with splits
-// on dims of at least 2 elements. OpDef::signatures, which has no group size, gives that.
-struct SbpOp : OpDef {
-  virtual void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const = 0;
-  void signatures(std::span<const TensorDesc> in, partition::SignatureList& out) const final { sbp(in, 0, out); }
-};
-
-// op_signatures: op's signatures for a group of `parts` ranks: SbpOp::sbp where the op
-// has a table of its own, else OpDef::signatures (all R).
-void op_signatures(const OpDef& op, std::span<const TensorDesc> in, int parts, partition::SignatureList& out);
 
 namespace sbp {
 using partition::Mode;

@@ -257,7 +257,7 @@ void splits_off_dim(const Shape& x, int dim, size_t n_in, size_t n_out, int part
 }
 }  // namespace
 
-void PermuteOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void PermuteOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   out.push_back(all_r(in.size(), 1));
   if (in.size() != 1) return;
@@ -271,25 +271,25 @@ void PermuteOp::sbp(std::span<const TensorDesc> in, int parts, partition::Signat
   out.push_back(sig({Placement::P()}, {Placement::P()}));
 }
 
-void ConcatOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void ConcatOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   std::vector<TensorDesc> y;
   if (in.empty() || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), 1));
   splits_off_dim(y[0].shape, *resolve_dim(dim, static_cast<int>(y[0].shape.size())), in.size(), 1, parts, out);
 }
 
-void SplitOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void SplitOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   std::vector<TensorDesc> y;
   if (in.size() != 1 || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), sizes.size()));
   splits_off_dim(in[0].shape, *resolve_dim(dim, static_cast<int>(in[0].shape.size())), 1, sizes.size(), parts, out);
 }
 
-void SliceOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void SliceOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   std::vector<TensorDesc> y;
   if (in.size() != 1 || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), 1));
   splits_off_dim(in[0].shape, *resolve_dim(dim, static_cast<int>(in[0].shape.size())), 1, 1, parts, out);
 }
 
-void ChannelShuffleOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void ChannelShuffleOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   std::vector<TensorDesc> y;
   if (in.size() != 1 || !infer(in, y).ok()) return out.push_back(sbp::all_r(in.size(), 1));
   splits_off_dim(in[0].shape, 1, 1, 1, parts, out);

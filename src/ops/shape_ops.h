@@ -34,7 +34,7 @@ std::pair<int64_t, int64_t> resolve_slice(int64_t size, int64_t start, int64_t e
 // PermuteOp: out dim i is input dim perm[i]. As "permute" it holds the full permutation;
 // as "transpose" it holds the two dims to swap and works for any rank.
 // DTP: R -> R; S(d) -> S(i) where perm[i] = d; P -> P.
-struct PermuteOp final : SbpOp {
+struct PermuteOp final : OpDef {
   double flops_per_element() const override { return 0; }  // data movement
   PermuteOp(bool is_transpose, std::vector<int> dims) : is_transpose(is_transpose), dims(std::move(dims)) {}
   const OpSchema& schema() const override;
@@ -42,7 +42,7 @@ struct PermuteOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   // perm: the permutation for an input of `ndim` dims, or InvalidArgument.
   absl::StatusOr<std::vector<int>> perm(int ndim) const;
   static OpSchema& permute_schema();
@@ -53,7 +53,7 @@ struct PermuteOp final : SbpOp {
 
 // ConcatOp: inputs joined along `dim`; all other dims and the dtype must agree.
 // DTP: all R -> R; all S(d), d != dim -> S(d); all P -> P.
-struct ConcatOp final : SbpOp {
+struct ConcatOp final : OpDef {
   double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("concat")
   explicit ConcatOp(int dim) : dim(dim) {}
@@ -61,13 +61,13 @@ struct ConcatOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   int dim;
 };
 
 // SplitOp: one input cut along `dim` into sizes.size() outputs; the sizes must add up to
 // the dim's extent. DTP: R -> all R; S(d), d != dim -> all S(d); P -> all P.
-struct SplitOp final : SbpOp {
+struct SplitOp final : OpDef {
   double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("split")
   SplitOp(std::vector<int64_t> sizes, int dim) : sizes(std::move(sizes)), dim(dim) {}
@@ -76,14 +76,14 @@ struct SplitOp final : SbpOp {
   int num_outputs() const override { return static_cast<int>(sizes.size()); }
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::vector<int64_t> sizes;
   int dim;
 };
 
 // SliceOp: [start, end) along `dim` (bounds resolved by resolve_slice).
 // DTP: R -> R; S(d), d != dim -> S(d); P -> P.
-struct SliceOp final : SbpOp {
+struct SliceOp final : OpDef {
   double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("slice")
   SliceOp(int dim, int64_t start, int64_t end) : dim(dim), start(start), end(end) {}
@@ -91,7 +91,7 @@ struct SliceOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   int dim;
   int64_t start, end;
 };
@@ -113,7 +113,7 @@ struct SliceBackwardOp final : OpDef {
 // ChannelShuffleOp: x (N, C, *) with C = groups * k; channel i * k + j moves to j * groups + i.
 // Its inverse is the shuffle with k groups.
 // DTP: R -> R; S(d), d != 1 (not the channels) -> S(d); P -> P.
-struct ChannelShuffleOp final : SbpOp {
+struct ChannelShuffleOp final : OpDef {
   double flops_per_element() const override { return 0; }  // data movement
   MTC_OP_SCHEMA("channel_shuffle")
   explicit ChannelShuffleOp(int groups) : groups(groups) {}
@@ -121,7 +121,7 @@ struct ChannelShuffleOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   int groups;
 };
 

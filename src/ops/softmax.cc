@@ -95,7 +95,7 @@ std::string CrossEntropyOp::attrs() const { return divisor > 0 ? absl::StrCat("d
 std::string CrossEntropyGradOp::attrs() const { return divisor > 0 ? absl::StrCat("divisor=", divisor) : ""; }
 
 // ---- DTP tables ----
-void SoftmaxOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void SoftmaxOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   out.push_back(all_r(in.size(), 1));
   if (in.size() != 1) return;
@@ -107,7 +107,7 @@ void SoftmaxOp::sbp(std::span<const TensorDesc> in, int parts, partition::Signat
   }
 }
 
-void CrossEntropyOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void CrossEntropyOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   using namespace sbp;
   out.push_back(all_r(in.size(), 1));
   if (in.size() != 2 || !check_cross_entropy_inputs(in[0], in[1]).ok()) return;

@@ -10,7 +10,7 @@ namespace mtc {
 
 // SoftmaxOp: softmax (or log_softmax) of x along `dim`. Backward needs only the output.
 // DTP: R -> R; S(d), d != dim -> S(d).
-struct SoftmaxOp final : SbpOp {
+struct SoftmaxOp final : OpDef {
   SoftmaxOp(int dim, bool log) : dim(dim), log(log) {}
   const OpSchema& schema() const override;
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -18,7 +18,7 @@ struct SoftmaxOp final : SbpOp {
   uint64_t saves_inputs() const override { return 0; }
   uint64_t saves_outputs() const override { return 1; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   static OpSchema& softmax_schema();
   static OpSchema& log_softmax_schema();
   int dim;
@@ -46,7 +46,7 @@ struct SoftmaxGradOp final : OpDef {
 // (the default) means N, the rows given; DTP's split batch divides by the global N.
 //
 // DTP: R, R -> R; logits S(0), labels S(0) -> P (shard_op: divisor = the global N).
-struct CrossEntropyOp final : SbpOp {
+struct CrossEntropyOp final : OpDef {
   MTC_OP_SCHEMA("cross_entropy")
   explicit CrossEntropyOp(double divisor = 0) : divisor(divisor) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
@@ -55,7 +55,7 @@ struct CrossEntropyOp final : SbpOp {
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
   uint64_t saves_inputs() const override { return 0b11; }
   std::string attrs() const override;
-  void sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
+  void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                         const ShardContext& g) const override;
   double divisor;

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "autograd.h"
+#include "dist/dtp.h"
+#include "mtc/dtp.h"
 #include "mtc/ops.h"
 #include "mtc/optim.h"
 #include "optim/step_ops.h"
@@ -11,14 +13,25 @@
 namespace mtc::optim {
 namespace {
 // zeros_like_persistent: optimizer state, never evicted.
-Tensor zeros_like_persistent(const Tensor& p) {
-  return from_vector(p.shape(), std::vector<float>(static_cast<size_t>(p.numel()), 0.f), /*persistent=*/true);
-}
+// A sharded parameter's state is sharded the same way (DTP).
+Tensor zeros_like_persistent(const Tensor& p) { return dtp::zeros_like(p, /*persistent=*/true); }
 absl::Status check_not_negative(const char* what, float v) {
   if (v >= 0.f) return absl::OkStatus();  // also rejects NaN
   return absl::InvalidArgumentError(absl::StrCat("invalid ", what, " ", v, ": expected >= 0"));
 }
 }  // namespace
+
+namespace {
+// local_bytes: a state tensor's bytes on this rank (its shard under DTP).
+size_t local_bytes(const TensorList& ts) {
+  size_t b = 0;
+  for (const Tensor& t : ts) b += t.defined() ? dtp::local(t).desc().bytes() : 0;
+  return b;
+}
+}  // namespace
+
+size_t Sgd::state_bytes() const { return local_bytes(bufs_); }
+size_t AdamW::state_bytes() const { return local_bytes(exp_avg_) + local_bytes(exp_avg_sq_); }
 
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());

@@ -50,10 +50,10 @@ void step_signatures(std::span<const TensorDesc> in, int parts, partition::Signa
 }
 }  // namespace
 
-void SgdStepOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void SgdStepOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   step_signatures(in, parts, out);
 }
-void AdamWStepOp::sbp(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
+void AdamWStepOp::signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const {
   step_signatures(in, parts, out);
 }
 

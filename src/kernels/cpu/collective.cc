@@ -97,7 +97,7 @@ absl::Status bucket_reduce(const dist::BucketReduceOp& op, const KernelArgs& a) 
     std::memcpy(flat + op.state->offsets[i - 1], a.in[i].data, a.in[i].bytes());
   }
   op.state->figures->bucket_copy_sec += since(t0);
-  op.state->work = op.comm->all_reduce(flat, flat, a.in[0].numel(), comm::DataType::kF32, comm::ReduceOp::kAvg);
+  op.state->work = op.comm->all_reduce(flat, flat, a.in[0].numel(), comm::DataType::kF32, op.state->reduce);
   return absl::OkStatus();
 }
 

@@ -113,7 +113,7 @@ absl::Status bucket_reduce(const dist::BucketReduceOp& op, const KernelArgs& a) 
                              compute));
   }
   MTC_RETURN_IF_ERROR(wait_for(nccl, compute));
-  op.state->work = op.comm->all_reduce(flat, flat, a.in[0].numel(), comm::DataType::kF32, comm::ReduceOp::kAvg);
+  op.state->work = op.comm->all_reduce(flat, flat, a.in[0].numel(), comm::DataType::kF32, op.state->reduce);
   return absl::OkStatus();
 }
 
