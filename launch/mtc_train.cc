@@ -48,7 +48,16 @@ bool AbslParseFlag(absl::string_view text, FlagText* f, std::string*) {
 std::string AbslUnparseFlag(const FlagText& f) { return f.text; }
 
 ABSL_FLAG(std::string, model, "resnet20",
-          "model: resnet20|resnet32|resnet44|resnet56|resnet110|resnet1202|resnet50|mlp|vit_tiny");
+          "model: resnet20|resnet32|resnet44|resnet56|resnet110|resnet1202|resnet50|mlp|vit_tiny|vgg16|gpt");
+ABSL_FLAG(std::string, gpt_config, "tiny",
+          "gpt: the configuration the other gpt flags start from: tiny (2 layers, hidden 64, 4 heads, seq 16, vocab "
+          "128) or small (GPT-2 small: 12 layers, hidden 768, 12 heads, seq 1024, vocab 50257)");
+ABSL_FLAG(FlagText, layers, {"config"}, "gpt: decoder blocks (>= 1); default: --gpt_config's");
+ABSL_FLAG(FlagText, hidden, {"config"}, "gpt: width D (>= 1, a multiple of --heads); default: --gpt_config's");
+ABSL_FLAG(FlagText, heads, {"config"}, "gpt: attention heads (>= 1, dividing --hidden); default: --gpt_config's");
+ABSL_FLAG(FlagText, seq, {"config"}, "gpt: tokens per sequence (>= 1); default: --gpt_config's");
+ABSL_FLAG(FlagText, vocab, {"config"}, "gpt: vocabulary size (>= 1); default: --gpt_config's");
+ABSL_FLAG(bool, tied_head, true, "gpt: the LM head is the token embedding (false: a Linear(hidden, vocab) of its own)");
 ABSL_FLAG(FlagText, batch, {"64"}, "samples per iteration (>= 1)");
 ABSL_FLAG(FlagText, iterations, {"50"}, "timed training iterations, after the --warmup ones (>= 1)");
 ABSL_FLAG(FlagText, lr, {"0.1"}, "learning rate (>= 0)");
@@ -183,7 +192,42 @@ struct Flags {
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
   std::string fail_mode;
+  models::GptConfig gpt;  // --model gpt
 };
+
+// read_gpt_flags: --gpt_config and the flags that override its fields; refused with any
+// model but gpt, as --image_size and --num_classes are with gpt.
+void read_gpt_flags(Flags& f) {
+  const char* const gpt_flags[] = {"gpt_config", "layers", "hidden", "heads", "seq", "vocab", "tied_head"};
+  if (!models::is_language_model(f.model)) {
+    for (const char* name : gpt_flags) {
+      if (cli::given(name)) {
+        fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model, ": it configures the GPT; expected --model gpt"));
+      }
+    }
+    return;
+  }
+  for (const char* name : {"image_size", "num_classes"}) {
+    if (cli::given(name)) {
+      fail(kBadValue, absl::StrCat("--", name, " with --model gpt: its input is --seq token ids and its classes the "
+                                   "--vocab tokens; expected no --", name));
+    }
+  }
+  f.gpt = value_or_exit(models::gpt_config(absl::GetFlag(FLAGS_gpt_config)), "--gpt_config: ");
+  auto field = [](const char* name, const FlagText& text, auto& value, int64_t hi) {
+    if (text.text != "config") value = value_or_exit(int_flag(name, text, 1, hi));
+  };
+  field("layers", absl::GetFlag(FLAGS_layers), f.gpt.layers, 4096);
+  field("hidden", absl::GetFlag(FLAGS_hidden), f.gpt.hidden, 1 << 20);
+  field("heads", absl::GetFlag(FLAGS_heads), f.gpt.heads, 1 << 20);
+  field("seq", absl::GetFlag(FLAGS_seq), f.gpt.seq, 1 << 20);
+  field("vocab", absl::GetFlag(FLAGS_vocab), f.gpt.vocab, 1 << 24);
+  f.gpt.tied_head = absl::GetFlag(FLAGS_tied_head);
+  if (f.gpt.hidden % f.gpt.heads != 0) {
+    fail(kBadValue, absl::StrCat("--heads ", f.gpt.heads, " does not divide --hidden ", f.gpt.hidden,
+                                 ": expected a number of heads that divides the hidden width"));
+  }
+}
 
 Flags read_flags() {
   Flags f;
@@ -215,6 +259,7 @@ Flags read_flags() {
   f.num_classes = value_or_exit(int_flag("num_classes", absl::GetFlag(FLAGS_num_classes), 1, 1 << 24));
   f.log_every = value_or_exit(int_flag("log_every", absl::GetFlag(FLAGS_log_every), 1));
   f.warmup = value_or_exit(int_flag("warmup", absl::GetFlag(FLAGS_warmup), 0));
+  read_gpt_flags(f);
 
   RuntimeOptions& r = f.runtime;
   r.device = absl::GetFlag(FLAGS_device);
@@ -344,14 +389,8 @@ dist::CommPtr make_communicator(const Flags& f) {
 // rank_rows: this rank's share of a global host batch, rows [rank * n, (rank + 1) * n).
 data::HostBatch rank_rows(data::HostBatch global) {
   if (g_world.size == 1) return global;
-  const size_t n = global.labels.size() / g_world.size;
-  const size_t per_image = global.images.size() / global.labels.size();
-  data::HostBatch b = global;
-  b.labels.assign(global.labels.begin() + g_world.rank * n, global.labels.begin() + (g_world.rank + 1) * n);
-  b.images.assign(global.images.begin() + g_world.rank * n * per_image,
-                  global.images.begin() + (g_world.rank + 1) * n * per_image);
-  b.shape[0] = static_cast<int64_t>(n);
-  return b;
+  const int64_t n = global.size() / g_world.size;
+  return global.rows(g_world.rank * n, n);
 }
 
 // inject_failure: --fail_rank's failure, for the tests of how the other ranks stop.
@@ -412,9 +451,13 @@ Input open_input(const Flags& f) {
   models::ModelOptions mo;
   mo.num_classes = f.num_classes;
   mo.image_size = cifar ? 32 : f.image_size;
+  mo.gpt = f.gpt;
   Input in;
   in.sample_shape = value_or_exit(models::input_shape(f.model, mo), "--model " + f.model + ": ");
-  in.data = value_or_exit(data::open_data(f.data, in.sample_shape, f.num_classes, f.seed, /*shuffle=*/true), "--data: ");
+  in.data = models::is_language_model(f.model)
+                ? value_or_exit(data::open_token_data(f.data, f.gpt.seq, f.gpt.vocab, f.seed), "--data: ")
+                : value_or_exit(data::open_data(f.data, in.sample_shape, f.num_classes, f.seed, /*shuffle=*/true),
+                                "--data: ");
   if (cifar && f.num_classes != in.data->num_classes()) {
     fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
   }
@@ -444,7 +487,8 @@ int run(const Flags& f, Input input) {
 
   models::ModelOptions mo;
   mo.num_classes = f.num_classes;
-  mo.image_size = static_cast<int>(input.sample_shape[1]);
+  if (input.sample_shape.size() == 3) mo.image_size = static_cast<int>(input.sample_shape[1]);
+  mo.gpt = f.gpt;
   models::Model model = value_or_exit(models::make_model(f.model, mo));
   const int64_t n_params = model.net->num_parameters();
   if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
@@ -455,9 +499,10 @@ int run(const Flags& f, Input input) {
     }
     fail(kFailure, absl::StrCat("creating ", f.model, ": ", s.message()));
   }
-  out("model: %s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(),
-              static_cast<long long>(n_params), mib(n_params * sizeof(float)).c_str(),
-              shape_str(model.sample_shape).c_str(), f.num_classes);
+  out("model: %s%s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(),
+      models::is_language_model(f.model) ? (" (" + f.gpt.describe() + ")").c_str() : "",
+      static_cast<long long>(n_params), mib(n_params * sizeof(float)).c_str(), shape_str(model.sample_shape).c_str(),
+      data->num_classes());
 
   if (g_world.size == 1 && cli::given("bucket_size")) {
     out("note: --bucket_size has no effect on one rank: there is no gradient all-reduce to bucket\n");

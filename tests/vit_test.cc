@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_ref.h"
 #include "gtest/gtest.h"
 #include "mtc/data.h"
 #include "mtc/models.h"
@@ -91,7 +92,7 @@ TEST(VitTiny, RejectsAnImageSizeThatIsNotAMultipleOfThePatch) {
 // ref_attention: multi-head self-attention in double, written out loop by loop.
 RefTensor ref_attention(const std::vector<RefTensor>& in, int heads) {
   const RefTensor &x = in[0], &wqkv = in[1], &bqkv = in[2], &wproj = in[3], &bproj = in[4];
-  const int64_t n = x.dim(0), t = x.dim(1), dm = x.dim(2), d = dm / heads;
+  const int64_t n = x.dim(0), t = x.dim(1), dm = x.dim(2);
   RefTensor qkv({n, t, 3 * dm});
   for (int64_t b = 0; b < n; ++b)
     for (int64_t i = 0; i < t; ++i)
@@ -100,27 +101,12 @@ RefTensor ref_attention(const std::vector<RefTensor>& in, int heads) {
         for (int64_t c = 0; c < dm; ++c) acc += x.at({b, i, c}) * wqkv.at({j, c});
         qkv.at({b, i, j}) = acc;
       }
-  RefTensor o({n, t, dm});
-  const double s = 1.0 / std::sqrt(static_cast<double>(d));
+  // q, k, v: columns [0, D), [D, 2D), [2D, 3D) of qkv.
+  RefTensor part[3] = {RefTensor({n, t, dm}), RefTensor({n, t, dm}), RefTensor({n, t, dm})};
   for (int64_t b = 0; b < n; ++b)
-    for (int h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < t; ++i) {
-        std::vector<double> p(t);
-        double mx = -1e300;
-        for (int64_t u = 0; u < t; ++u) {
-          double acc = 0;
-          for (int64_t c = 0; c < d; ++c) acc += qkv.at({b, i, h * d + c}) * qkv.at({b, u, dm + h * d + c});
-          p[u] = acc * s;
-          mx = std::max(mx, p[u]);
-        }
-        double z = 0;
-        for (double& e : p) z += (e = std::exp(e - mx));
-        for (int64_t c = 0; c < d; ++c) {
-          double acc = 0;
-          for (int64_t u = 0; u < t; ++u) acc += p[u] / z * qkv.at({b, u, 2 * dm + h * d + c});
-          o.at({b, i, h * d + c}) = acc;
-        }
-      }
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < 3 * dm; ++j) part[j / dm].at({b, i, j % dm}) = qkv.at({b, i, j});
+  const RefTensor o = ref_attention_heads(part[0], part[1], part[2], heads);
   RefTensor y({n, t, dm});
   for (int64_t b = 0; b < n; ++b)
     for (int64_t i = 0; i < t; ++i)

@@ -1,6 +1,7 @@
 // Training data for mtc: a counter-based host random generator (also used for parameter
-// initialisation), seeded synthetic batches, and a CIFAR-10 binary reader. Batches are
-// built on the host and then put on the current runtime as (images f32 NCHW, labels i32).
+// initialisation), seeded synthetic batches (images, or token sequences for a language
+// model), and a CIFAR-10 binary reader. Batches are built on the host and then put on the
+// current runtime as (images f32 NCHW or token ids i32 (N, T), labels i32).
 #pragma once
 
 #include <cstdint>
@@ -36,15 +37,24 @@ class Rng {
   double spare_ = 0;
 };
 
-// HostBatch: one batch on the host. images: N x sample_shape, row-major (NCHW for
-// images); labels: N values in [0, num_classes).
+// HostBatch: one batch on the host. The inputs are images: N x sample_shape f32 values,
+// row-major (NCHW for images); or tokens: N x sample_shape i32 token ids (a language
+// model's (N, T) sequences), and then `images` is empty. labels: N x labels_per_sample
+// values in [0, num_classes): one class per sample, or a language model's next token at
+// each of the T positions (labels_per_sample = T).
 struct HostBatch {
-  Shape shape;  // [N, C, H, W] (or [N, ...] for any sample shape)
+  Shape shape;  // [N, C, H, W] (or [N, ...] for any sample shape); [N, T] for tokens
   std::vector<float> images;
   std::vector<int32_t> labels;
+  std::vector<int32_t> tokens;    // non-empty: the inputs are these token ids, not images
+  int64_t labels_per_sample = 1;  // labels [N] when 1, else [N, labels_per_sample]
+  int64_t size() const { return shape.empty() ? 0 : shape[0]; }  // N
+  // rows: samples [begin, begin + count) as a batch of their own (a rank's share).
+  HostBatch rows(int64_t begin, int64_t count) const;
 };
 
-// Batch: a batch on the current runtime: images f32 `shape`, labels i32 [N].
+// Batch: a batch on the current runtime: images f32 `shape` (or, for token inputs, i32
+// token ids `shape`, e.g. (N, T)), labels i32 [N] (or [N, labels_per_sample]).
 struct Batch {
   Tensor images;
   Tensor labels;
@@ -82,6 +92,27 @@ class SyntheticData final : public DataSource {
   int num_classes_;
   uint64_t seed_;
   Distribution dist_;
+  int64_t iteration_ = 0;
+};
+
+// SyntheticTokens: a language model's data: sequences of `seq` token ids drawn uniformly
+// from [0, vocab), the inputs (N, T) = tokens [0, T) of each sequence and the labels
+// (N, T) its next tokens, tokens [1, T + 1) (T + 1 drawn per sequence). As SyntheticData,
+// batch k depends only on (seed, k, batch_size). sample_shape() is [T], num_classes()
+// the vocabulary.
+class SyntheticTokens final : public DataSource {
+ public:
+  SyntheticTokens(int64_t seq, int vocab, uint64_t seed);
+  Shape sample_shape() const override { return Shape{seq_}; }
+  int num_classes() const override { return vocab_; }
+  HostBatch next(int batch_size) override { return batch_at(iteration_++, batch_size); }
+  HostBatch batch_at(int64_t iteration, int batch_size) const;
+  std::string describe() const override;
+
+ private:
+  int64_t seq_;
+  int vocab_;
+  uint64_t seed_;
   int64_t iteration_ = 0;
 };
 
@@ -129,5 +160,9 @@ class Cifar10 final : public DataSource {
 // "cifar10:PATH". An unknown kind or an unreadable path is an error.
 absl::StatusOr<std::unique_ptr<DataSource>> open_data(const std::string& spec, const Shape& sample_shape,
                                                       int num_classes, uint64_t seed, bool shuffle = true);
+// open_token_data: a language model's data for `spec`: "synthetic" (SyntheticTokens of
+// `seq` tokens from `vocab`); any other kind is an error (there is no token file reader).
+absl::StatusOr<std::unique_ptr<DataSource>> open_token_data(const std::string& spec, int64_t seq, int vocab,
+                                                            uint64_t seed);
 
 }  // namespace mtc::data

@@ -1,9 +1,10 @@
 // Models for training and benchmarks: the CIFAR ResNets of He et al. (6n+2 layers, with
-// projection shortcuts, "option B"), torchvision's ImageNet ResNet-50, an MLP, and a small
-// Vision Transformer (vit_tiny).
+// projection shortcuts, "option B"), torchvision's ImageNet ResNet-50, an MLP, a small
+// Vision Transformer (vit_tiny), VGG-16 with batch norm (CIFAR layout), and a GPT-style
+// decoder language model (gpt).
 // make_model builds one by name on the current runtime; train_step runs one iteration. Parameter names follow
 // torchvision ("conv1.weight", "layer1.0.bn2.running_var", "layer2.0.downsample.0.weight", "fc.bias"),
-// and timm for the ViT.
+// timm for the ViT, and nanoGPT's for the GPT ("wte", "blocks.0.attn.q.weight", "ln_f.bias").
 #pragma once
 
 #include <memory>
@@ -127,12 +128,105 @@ class VisionTransformer final : public nn::Module {
   std::shared_ptr<nn::Linear> head_;
 };
 
+// Vgg: VGG with batch norm in the common CIFAR layout. `config` lists the layers of
+// `features`: a width w > 0 is conv3x3(pad 1, with bias)-BN-ReLU to w channels, 0 a 2x2
+// max pool (stride 2). Then a global average pool (the 1x1 map itself at 32x32 after
+// five pools) and the classifier Linear(last width, num_classes). Parameter names as
+// torchvision's vgg16_bn: "features.0.weight" (conv), "features.1.running_mean" (BN),
+// "classifier.weight". Input (N, 3, H, W).
+class Vgg final : public nn::Module {
+ public:
+  Vgg(const std::vector<int>& config, int num_classes);
+  Tensor forward(const Tensor& x) override;  // -> (N, num_classes)
+  std::string type_name() const override { return "Vgg"; }
+
+ private:
+  std::shared_ptr<nn::Sequential> features_;
+  std::shared_ptr<nn::Linear> classifier_;
+};
+// kVgg16: VGG-16's 13 convolutions and 5 pools (0): 14,728,266 parameters with 10 classes.
+inline const std::vector<int> kVgg16 = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
+
+// GptConfig: a GPT-style decoder language model. The defaults are the tiny one for tests
+// (gpt_config("tiny")); gpt_config("small") is GPT-2 small's size.
+struct GptConfig {
+  int layers = 2;         // decoder blocks L
+  int64_t hidden = 64;    // width D
+  int heads = 4;          // attention heads H (hidden % heads == 0)
+  int64_t seq = 16;       // longest sequence T (the learned position embedding's rows)
+  int vocab = 128;        // vocabulary V (token ids in [0, V))
+  bool tied_head = true;  // the LM head is the token embedding (no weight of its own)
+  // check: every field in range and heads dividing hidden; InvalidArgument naming the
+  // field and what was expected otherwise.
+  absl::Status check() const;
+  std::string describe() const;  // "2 layers, hidden 64, 4 heads, seq 16, vocab 128, tied head"
+  // num_parameters: the count a Gpt of this configuration has, without building it.
+  int64_t num_parameters() const;
+};
+// gpt_config: a named configuration: "tiny" (2 layers, D 64, 4 heads, T 16, V 128) or
+// "small" (GPT-2 small: 12 layers, D 768, 12 heads, T 1024, V 50257, tied head:
+// 124,439,808 parameters); another name is InvalidArgument listing these.
+absl::StatusOr<GptConfig> gpt_config(const std::string& name);
+
+// GptAttention: causal multi-head self-attention with separate projections, children q,
+// k, v and proj, each Linear(D, D) with bias; head h is columns [h*d, (h+1)*d) of q, k and
+// v (d = D / H): proj(scaled_dot_product_attention(q(x), k(x), v(x), H, mask)). `mask` is
+// a causal_mask of at least the longest sequence, shared by the blocks.
+class GptAttention final : public nn::Module {
+ public:
+  GptAttention(int64_t dim, int heads, Tensor mask, nn::NormalInit init = {});
+  Tensor forward(const Tensor& x) override;  // x (N, T, D) -> (N, T, D)
+  std::string type_name() const override { return "GptAttention"; }
+  int heads;
+  Tensor mask;  // (S, S), S >= T; not a parameter or buffer (the Gpt made it)
+  std::shared_ptr<nn::Linear> q, k, v, proj;
+};
+
+// GptBlock: pre-LayerNorm decoder block, x = x + attn(ln1(x)); x = x + mlp(ln2(x)), the
+// MLP fc1 = Linear(D, 4D), exact GELU, fc2 = Linear(4D, D). Children "ln1", "attn",
+// "ln2", "mlp".
+class GptBlock final : public nn::Module {
+ public:
+  GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init = {});
+  Tensor forward(const Tensor& x) override;  // x (N, T, D) -> (N, T, D)
+  std::string type_name() const override { return "GptBlock"; }
+  std::shared_ptr<nn::LayerNorm> ln1, ln2;
+  std::shared_ptr<GptAttention> attn;
+  std::shared_ptr<nn::TransformerMlp> mlp;
+};
+
+// Gpt: a GPT-2-style decoder LM. Token embedding wte (V, D) and learned position
+// embedding wpe (T, D), L GptBlocks, final LayerNorm ln_f, and the LM head: tied, logits
+// = h wte^T; untied, lm_head = Linear(D, V) without bias. GPT-2's initialisation: every
+// Linear and embedding weight ~ N(0, 0.02^2), biases 0, LayerNorms 1 and 0, drawn in
+// registration order from the runtime's seed. Parameter names: "wte", "wpe",
+// "blocks.0.ln1.weight", "blocks.0.attn.q.weight", ..., "blocks.0.mlp.fc2.bias",
+// "ln_f.weight", "lm_head.weight" (untied). No dropout.
+class Gpt final : public nn::Module {
+ public:
+  explicit Gpt(const GptConfig& c);
+  // x: i32 token ids (N, T), 1 <= T <= config.seq -> logits (N, T, V).
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Gpt"; }
+  GptConfig config;
+  Tensor wte, wpe;
+  Tensor mask;  // causal_mask(config.seq), shared by the blocks
+
+ private:
+  std::shared_ptr<nn::Sequential> blocks_;
+  std::shared_ptr<nn::LayerNorm> ln_f_;
+  std::shared_ptr<nn::Linear> lm_head_;  // null when tied
+};
+
 struct ModelOptions {
   int num_classes = 10;
   // image_size: the input's height and width; 0 picks the model's own (32 for the CIFAR
-  // ResNets, the MLP and vit_tiny, 224 for resnet50).
+  // ResNets, the MLP, vit_tiny and vgg16, 224 for resnet50).
   int image_size = 0;
   std::vector<int64_t> mlp_hidden = {512, 512};
+  // gpt: the language model's configuration (num_classes and image_size do not apply
+  // to it: its classes are the vocabulary, its input T token ids).
+  GptConfig gpt = {};
 };
 
 // Model: a network and the shape of one input sample, e.g. [3, 32, 32].
@@ -144,16 +238,24 @@ struct Model {
 
 // model_names: what make_model knows, e.g. "resnet20".
 std::vector<std::string> model_names();
+// is_language_model: whether model `name` takes i32 token ids (N, T) with next-token
+// labels (N, T) (data::SyntheticTokens) rather than images with one label each ("gpt").
+bool is_language_model(const std::string& name);
 // input_shape: the shape of one input sample of model `name` with these options, e.g.
-// [3, 32, 32], checked as make_model checks them, without building anything (no runtime
+// [3, 32, 32] (for gpt [T], T token ids), checked as make_model checks them, without building anything (no runtime
 // needed): a tool sizes its data before it builds the model.
 absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o = {});
 // make_model: builds a model on the current runtime. An unknown name, or a non-positive
 // number of classes or image size, is InvalidArgument listing what is accepted.
 absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o = {});
 
-// train_step: one training iteration on a classification batch: zero_grad, forward,
-// cross_entropy, backward, optimizer step. Returns the loss without waiting for it:
+// cross_entropy_loss: the mean cross-entropy of a classifier's logits (N, C) with labels
+// (N), or of a language model's logits (N, T, V) with next-token labels (N, T), seen as
+// (N*T, V) and (N*T): the mean over every position of every sequence.
+Tensor cross_entropy_loss(const Tensor& logits, const Tensor& labels);
+
+// train_step: one training iteration on a classification or language-model batch:
+// zero_grad, forward, cross_entropy_loss, backward, optimizer step. Returns the loss without waiting for it:
 // loss.item() synchronises and reports any failure inside the iteration. With `dp`, the
 // gradients are averaged over the ranks (dp->finish()) before the step.
 absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch,

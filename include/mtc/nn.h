@@ -95,10 +95,18 @@ float kaiming_uniform_bound(int64_t fan_in);
 
 // ---- layers ----
 
-// Linear: y = x W^T + b; weight (out, in), bias (out). W and b ~ U(-1/sqrt(in), 1/sqrt(in)).
+// NormalInit: initialise a layer's weight from N(0, std^2) and its bias to 0 (GPT-2's
+// initialisation, std 0.02) instead of PyTorch's default.
+struct NormalInit {
+  float std = 0.02f;
+};
+
+// Linear: y = x W^T + b; weight (out, in), bias (out). W and b ~ U(-1/sqrt(in), 1/sqrt(in)),
+// or with NormalInit W ~ N(0, std^2) and b = 0.
 class Linear final : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Linear(int64_t in_features, int64_t out_features, NormalInit init, bool bias = true);
   Tensor forward(const Tensor& x) override;  // x (..., in) -> (..., out)
   std::string type_name() const override { return "Linear"; }
   Tensor weight, bias;  // bias undefined without bias
@@ -216,6 +224,22 @@ std::vector<float> normal_values(int64_t n, float std);
 Tensor multi_head_self_attention(const Tensor& x, const Tensor& qkv_weight, const Tensor& qkv_bias,
                                  const Tensor& proj_weight, const Tensor& proj_bias, int heads);
 
+// causal_mask: the (t, t) additive mask of causal attention, 0 on and below the diagonal
+// and -1e9 above it (position i may attend to positions j <= i only); a persistent
+// tensor without grad, made once and shared by every layer that uses it.
+Tensor causal_mask(int64_t t);
+inline constexpr float kMaskedScore = -1e9f;  // what causal_mask adds above the diagonal
+
+// scaled_dot_product_attention: multi-head attention of projected q, k, v (N, T, D):
+// head h is columns [h*d, (h+1)*d) of each, d = D / heads; per head
+// softmax(q k^T / sqrt(d) + mask) v, the heads concatenated back -> (N, T, D). mask:
+// undefined (none), or an additive (S, S) mask with S >= T of which the top-left (T, T)
+// block is used (a causal_mask made for the longest sequence serves shorter ones). On
+// existing ops: reshape (N, T, H, d), permute (N, H, T, d), matmul, add, softmax(-1),
+// matmul, permute back, reshape.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads,
+                                    const Tensor& mask = Tensor());
+
 // MultiheadSelfAttention: the above with children qkv = Linear(D, 3D) and
 // proj = Linear(D, D) (timm's names: "qkv.weight", "proj.bias"). dim % heads == 0.
 class MultiheadSelfAttention final : public Module {
@@ -227,10 +251,12 @@ class MultiheadSelfAttention final : public Module {
   std::shared_ptr<Linear> qkv, proj;
 };
 
-// TransformerMlp: fc1 = Linear(D, hidden), exact GELU, fc2 = Linear(hidden, D).
+// TransformerMlp: fc1 = Linear(D, hidden), exact GELU, fc2 = Linear(hidden, D); with
+// NormalInit both Linears are initialised so.
 class TransformerMlp final : public Module {
  public:
   TransformerMlp(int64_t dim, int64_t hidden);
+  TransformerMlp(int64_t dim, int64_t hidden, NormalInit init);
   Tensor forward(const Tensor& x) override;  // (..., D) -> (..., D)
   std::string type_name() const override { return "TransformerMlp"; }
   std::shared_ptr<Linear> fc1, fc2;

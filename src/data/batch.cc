@@ -1,4 +1,5 @@
-// Putting host batches on the runtime, and open_data: the --data spec of mtc-train.
+// Putting host batches on the runtime, a batch's rows, and open_data / open_token_data:
+// the --data spec of mtc-train.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "mtc/data.h"
@@ -8,8 +9,29 @@
 namespace mtc::data {
 
 Batch to_device(const HostBatch& b) {
-  return Batch{from_vector(b.shape, b.images),
-               from_vector_i32(Shape{static_cast<int64_t>(b.labels.size())}, b.labels)};
+  const Shape labels = b.labels_per_sample == 1 ? Shape{static_cast<int64_t>(b.labels.size())}
+                                                : Shape{b.size(), b.labels_per_sample};
+  return Batch{b.tokens.empty() ? from_vector(b.shape, b.images) : from_vector_i32(b.shape, b.tokens),
+               from_vector_i32(labels, b.labels)};
+}
+
+HostBatch HostBatch::rows(int64_t begin, int64_t count) const {
+  MTC_CHECK(begin >= 0 && count >= 0 && begin + count <= size(), "rows [", begin, ", ", begin + count,
+            ") of a batch of ", size());
+  HostBatch b;
+  b.shape = shape;
+  b.shape[0] = count;
+  b.labels_per_sample = labels_per_sample;
+  // Each of the three is N equal rows (or empty).
+  auto take = [&](const auto& all, auto& part) {
+    if (all.empty()) return;
+    const size_t row = all.size() / static_cast<size_t>(size());
+    part.assign(all.begin() + begin * row, all.begin() + (begin + count) * row);
+  };
+  take(images, b.images);
+  take(tokens, b.tokens);
+  take(labels, b.labels);
+  return b;
 }
 
 absl::StatusOr<std::unique_ptr<DataSource>> open_data(const std::string& spec, const Shape& sample_shape,
@@ -24,6 +46,13 @@ absl::StatusOr<std::unique_ptr<DataSource>> open_data(const std::string& spec, c
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown data '", spec, "': expected synthetic or cifar10:PATH"));
+}
+
+absl::StatusOr<std::unique_ptr<DataSource>> open_token_data(const std::string& spec, int64_t seq, int vocab,
+                                                            uint64_t seed) {
+  if (spec == "synthetic") return std::make_unique<SyntheticTokens>(seq, vocab, seed);
+  return absl::InvalidArgumentError(
+      absl::StrCat("data '", spec, "' for a language model: expected synthetic (random token sequences)"));
 }
 
 }  // namespace mtc::data

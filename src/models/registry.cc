@@ -2,18 +2,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "mtc/models.h"
+#include "mtc/status.h"
 
 namespace mtc::models {
 namespace {
 
 struct Entry {
   const char* name;
-  int cifar_n;  // > 0: CifarResNet with this n; 0: ResNet-50; -1: MLP; -2: VisionTransformer (vit_tiny)
+  int cifar_n;  // > 0: CifarResNet with this n; 0: ResNet-50; -1: MLP; -2: VisionTransformer (vit_tiny);
+                // -3: VGG-16 (Vgg with kVgg16); -4: the GPT language model (Gpt, ModelOptions::gpt)
 };
+constexpr int kVgg16Kind = -3, kGptKind = -4;
 constexpr Entry kModels[] = {
     {"resnet20", 3},   {"resnet32", 5},     {"resnet44", 7}, {"resnet56", 9},
     {"resnet110", 18}, {"resnet1202", 200}, {"resnet50", 0}, {"mlp", -1},
-    {"vit_tiny", -2},
+    {"vit_tiny", -2},  {"vgg16", kVgg16Kind}, {"gpt", kGptKind},
 };
 
 }  // namespace
@@ -23,6 +26,8 @@ std::vector<std::string> model_names() {
   for (const Entry& e : kModels) out.emplace_back(e.name);
   return out;
 }
+
+bool is_language_model(const std::string& name) { return name == "gpt"; }
 
 namespace {
 
@@ -40,13 +45,17 @@ absl::StatusOr<const Entry*> find(const std::string& name) {
 absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o) {
   absl::StatusOr<const Entry*> entry = find(name);
   if (!entry.ok()) return entry.status();
+  const int kind = (*entry)->cifar_n;
+  if (kind == kGptKind) {  // T token ids; the classes are the vocabulary
+    MTC_RETURN_IF_ERROR(o.gpt.check());
+    return Shape{o.gpt.seq};
+  }
   if (o.num_classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("number of classes ", o.num_classes, ": expected >= 1"));
   }
   if (o.image_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat("image size ", o.image_size, ": expected >= 1"));
   }
-  const int kind = (*entry)->cifar_n;
   const int size = o.image_size > 0 ? o.image_size : kind == 0 ? 224 : 32;
   if (kind == 0 && size < 32) {
     return absl::InvalidArgumentError(
@@ -56,6 +65,10 @@ absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o
     return absl::InvalidArgumentError(absl::StrCat(name, " image size ", size,
                                                    ": expected a multiple of the patch size ",
                                                    VisionTransformerConfig{}.patch));
+  }
+  if (kind == kVgg16Kind && size % 32 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vgg16 image size ", size, ": expected a multiple of 32 (it downsamples by 32)"));
   }
   return Shape{3, size, size};
 }
@@ -67,11 +80,17 @@ absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o)
   Model m;
   m.name = name;
   m.sample_shape = *shape;
+  if (entry.cifar_n == kGptKind) {
+    m.net = std::make_shared<Gpt>(o.gpt);
+    return m;
+  }
   const int size = static_cast<int>((*shape)[1]);
   if (entry.cifar_n > 0) {
     m.net = std::make_shared<CifarResNet>(entry.cifar_n, o.num_classes);
   } else if (entry.cifar_n == 0) {
     m.net = std::make_shared<ImageNetResNet>(std::vector<int>{3, 4, 6, 3}, o.num_classes);
+  } else if (entry.cifar_n == kVgg16Kind) {
+    m.net = std::make_shared<Vgg>(kVgg16, o.num_classes);
   } else if (entry.cifar_n == -2) {
     VisionTransformerConfig c;  // vit_tiny: D 128, 4 heads, 4 blocks, patch 4
     c.image_size = size;

@@ -12,7 +12,7 @@ absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const 
   Interpreter* interp = batch.images.interpreter();  // trace marks; free when not tracing
   opt.zero_grad();
   interp->mark("forward");
-  Tensor loss = cross_entropy(net.forward(batch.images), batch.labels);
+  Tensor loss = cross_entropy_loss(net.forward(batch.images), batch.labels);
   interp->mark("backward");
   MTC_RETURN_IF_ERROR(loss.backward());
   if (dp != nullptr) dp->finish();
