@@ -4,10 +4,10 @@
 //   h(t) = min(C_r, C_s) * beta^ret / ((m + M_left + M_right) * s)
 // C_r: t's compute time plus its evicted neighbourhood's (the union-find classes of
 // evicted tensors next to t, as DTR's e*); C_s = m / gamma, the time to swap t out and
-// back, with gamma the round-trip bandwidth (the executor passes 2 m / the one-way copy
+// back, with gamma the round-trip bandwidth (the engine passes 2 m / the one-way copy
 // bandwidth: a swap is two copies, and on the CPU both block); ret: how often t was
 // recomputed; m: t's bytes; M_left, M_right: free bytes touching t's block, so
-// evictions that merge into large free blocks are preferred (the executor passes them
+// evictions that merge into large free blocks are preferred (the engine passes them
 // only when the request failed for want of a large enough block, else 0);
 // s: staleness (ops since t was last used). The smallest h is evicted, by swap when
 // C_s < C_r, else by drop. Baselines: dtr (C_r / (m * s), always drop), lru (stalest),

@@ -1,5 +1,7 @@
-// TensorRecord: the worker's record of one tensor, and ComputePath, the op that made it.
-// Both are owned by the interpreter's worker thread; nothing else touches them.
+// TensorRecord: the runtime's record of one tensor, ComputePath, the op that made it, and
+// Pins, which hold records resident while an op runs. The records are kept by DTE's
+// engine (evict/engine.h) and read by the executor; both run on the interpreter's worker
+// thread, and nothing else touches them.
 //
 // A record carries what eviction (DTE) needs: where the storage is (resident in the
 // compute region, swapped to a host buffer, or dropped and recomputable from its compute
@@ -12,16 +14,19 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "alloc/region.h"
-#include "commands.h"
+#include "mtc/tensor.h"
 
 namespace mtc {
 
+class OpDef;  // src/op_def.h: the engine only keeps it; the executor runs it
+
 struct ComputePath {
   std::shared_ptr<const OpDef> op;
-  IdList inputs;
+  absl::InlinedVector<uint64_t, 4> inputs;          // ids (commands.h's IdList)
   absl::InlinedVector<uint32_t, 4> input_versions;  // each input's version when it ran
-  IdList outputs;
+  absl::InlinedVector<uint64_t, 4> outputs;
   double compute_us = 0;  // measured time of the op's last run, microseconds
 };
 
@@ -46,7 +51,7 @@ struct TensorRecord {
   bool handle_alive = true;               // a user handle still names it
   uint32_t pin_count = 0;                 // > 0 while an op being run needs it resident
   uint32_t version = 0;                   // bumped by each in-place mutation
-  size_t candidate_index = SIZE_MAX;      // its place in the executor's candidate list
+  size_t candidate_index = SIZE_MAX;      // its place in the engine's candidate list
   // DTE statistics.
   uint64_t last_access = 0;  // the worker's op counter at its last use
   uint32_t recompute_count = 0;
@@ -55,6 +60,20 @@ struct TensorRecord {
   // share one TensorRef, so the worker sees at most one) and every live tensor computed
   // from it, which may need it again as a recompute source. Derived, never stored.
   size_t ref_count() const { return (handle_alive ? 1 : 0) + users.size(); }
+};
+
+// Pins: pins records for the life of an op's run, unpinning on every path out.
+class Pins {
+ public:
+  ~Pins() {
+    for (TensorRecord* r : pinned_) --r->pin_count;
+  }
+  void add(TensorRecord* r) {
+    ++r->pin_count;
+    pinned_.push_back(r);
+  }
+ private:
+  absl::InlinedVector<TensorRecord*, 4> pinned_;
 };
 
 }  // namespace mtc

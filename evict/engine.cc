@@ -1,0 +1,594 @@
+// DTE's eviction engine: the records and candidates, the eviction search, drop, swap out
+// and in, regeneration, fake delete and copy-on-mutate snapshots. See engine.h.
+#include "evict/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "mtc/status.h"
+
+namespace mtc::evict {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Engine::Engine(Host& host, const EngineOptions& o)
+    : host_(host), opts_(o.evict), simulate_(o.simulate), cost_(o.evict) {
+  if (o.bytes_per_us > 0) {
+    bytes_per_us_ = o.bytes_per_us;
+  } else if (opts_.reproducible || simulate_) {
+    bytes_per_us_ = 1e4;  // 10 GB/s
+  } else if (opts_.policy != EvictPolicy::kNone || o.trace) {
+    measure_bandwidth();
+    refine_gamma_ = true;
+  }
+}
+
+void Engine::release_all() {
+  for (auto& [id, r] : records_) release_storage(r);
+}
+
+TensorRecord& Engine::add(uint64_t id) {
+  TensorRecord& r = records_[id];
+  r.id = id;
+  return r;
+}
+
+// ---- storage states ----
+
+void Engine::add_candidate(TensorRecord& r) {
+  if (r.persistent || r.candidate_index != SIZE_MAX || r.block.size < opts_.min_candidate_bytes) return;
+  r.candidate_index = candidates_.size();
+  candidates_.push_back(&r);
+}
+
+void Engine::remove_candidate(TensorRecord& r) {
+  if (r.candidate_index == SIZE_MAX) return;
+  TensorRecord* last = candidates_.back();
+  candidates_[r.candidate_index] = last;
+  last->candidate_index = r.candidate_index;
+  candidates_.pop_back();
+  r.candidate_index = SIZE_MAX;
+}
+
+void Engine::set_resident(TensorRecord& r, alloc::Block b) {
+  r.state = StorageState::kResident;
+  r.block = b;
+  add_candidate(r);
+}
+
+void Engine::release_storage(TensorRecord& r) {
+  remove_candidate(r);
+  if (r.state == StorageState::kResident) {
+    if (r.in_comm) {
+      host_.comm_region().free(r.block);
+    } else {
+      host_.free_compute(r.block);
+    }
+  }
+  r.in_comm = false;
+  if (r.state == StorageState::kSwapped) swapped_now_ -= r.desc.bytes();
+  if (r.host) give_host_buffer(r.desc.bytes(), std::move(r.host));
+  if (r.state == StorageState::kResident || r.state == StorageState::kSwapped) r.state = StorageState::kDropped;
+}
+
+// droppable: r can be regenerated from its compute path: it has one, and every input of
+// it is still at the version the path read.
+bool Engine::droppable(const TensorRecord& r) const {
+  if (r.persistent || !r.producer || !r.recomputable) return false;
+  const ComputePath& p = *r.producer;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    auto it = records_.find(p.inputs[i]);
+    if (it == records_.end() || it->second.version != p.input_versions[i] ||
+        it->second.state == StorageState::kMissing) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Engine::rebuild_classes() {
+  classes_.clear();
+  for (auto& [id, r] : records_) {
+    if (r.state == StorageState::kDropped && r.producer) classes_.add(id, r.producer->compute_us);
+  }
+  for (auto& [id, r] : records_) {
+    if (!classes_.contains(id)) continue;
+    for (uint64_t n : r.producer->inputs) {
+      if (classes_.contains(n)) classes_.unite(id, n);
+    }
+  }
+}
+
+// Note [Fake delete]
+// A released tensor that is still a recompute source is dropped at once only while every
+// tensor computed from it is resident (or swapped): then it costs nothing unless one of
+// those is evicted later, and the eviction cost sees it in their evicted neighbourhood.
+// If one of them is already dropped, freeing the source now would stretch that tensor's
+// recompute chain behind the cost model's back (in backward, down the whole gradient
+// chain to the loss). So it stays resident, without a handle, as an ordinary candidate
+// whose cost counts its own dropped neighbourhood, until it is evicted or nothing needs it.
+// "Dropped" here means evicted while someone may still read it: a dropped tensor with a live
+// handle, or one a dropped tensor with a live handle is computed from. Tensors that were
+// only fake-deleted themselves (no handle, nothing evicted downstream) do not count, else
+// an unlimited run would keep every released activation. The walk is bounded; past the
+// bound it answers no, which is the plain fake delete.
+bool Engine::feeds_dropped(const TensorRecord& r) const { return feeds(r, /*count_evictable=*/false, false); }
+
+// feeds: whether some tensor a user still holds may be regenerated through r: a dropped
+// one with a live handle, or (count_evictable) a resident one with a live handle that may
+// be dropped later; dropped tensors without a handle are walked through, and so
+// (count_evictable) are resident ones without a handle that may be dropped later. Such a
+// tensor is kept only as a recompute source: what matters is whether anything held lies
+// beyond it. Counting it as held took a snapshot of every parameter at an optimizer step
+// whenever an activation stayed resident past its release (Note [Fake delete]), though
+// the user held only the loss, which is never evicted; in drop mode the snapshots cannot
+// be evicted, and a larger budget, which kept more such activations resident, ran out of
+// memory where a smaller one had not (replayed ViT traces; docs/dte.md). Past 256
+// tensors: `otherwise`.
+bool Engine::feeds(const TensorRecord& r, bool count_evictable, bool otherwise) const {
+  absl::InlinedVector<const TensorRecord*, 16> work{&r};
+  absl::flat_hash_set<uint64_t> seen;
+  while (!work.empty()) {
+    if (seen.size() >= 256) return otherwise;
+    const TensorRecord* t = work.back();
+    work.pop_back();
+    for (uint64_t u : t->users) {
+      auto it = records_.find(u);
+      if (it == records_.end()) continue;
+      const TensorRecord& x = it->second;
+      if (x.state == StorageState::kResident) {
+        if (!count_evictable || x.candidate_index == SIZE_MAX || !droppable(x)) continue;
+        if (x.handle_alive) return true;
+      } else if (x.state != StorageState::kDropped) {
+        continue;
+      } else if (x.handle_alive) {
+        return true;
+      }
+      if (seen.insert(u).second) work.push_back(&x);  // walk each once
+    }
+  }
+  return false;
+}
+
+void Engine::drop(TensorRecord& r) {
+  if (classes_.size() > 2 * classes_.active() + 4096) rebuild_classes();
+  release_storage(r);
+  r.state = StorageState::kDropped;
+  // Join the evicted neighbourhood: dropped inputs and dropped users.
+  classes_.add(r.id, r.producer->compute_us);
+  for (uint64_t n : r.producer->inputs) {
+    if (classes_.contains(n)) classes_.unite(r.id, n);
+  }
+  for (uint64_t n : r.users) {
+    if (classes_.contains(n)) classes_.unite(r.id, n);
+  }
+}
+
+absl::Status Engine::swap_out(TensorRecord& r) {
+  const auto t0 = Clock::now();
+  const size_t bytes = r.desc.bytes();
+  if (simulate_) {
+    stats_.swap_us += static_cast<double>(bytes) / bytes_per_us_;
+  } else {
+    std::unique_ptr<std::byte[]> host = take_host_buffer(bytes);
+    if (absl::Status st = host_.copy_to_host(host.get(), host_.data(r), bytes); !st.ok()) {
+      give_host_buffer(bytes, std::move(host));
+      return st;
+    }
+    r.host = std::move(host);
+    const double us = us_since(t0);
+    stats_.swap_us += us;
+    note_swap_copy(bytes, us);
+  }
+  remove_candidate(r);
+  host_.free_compute(r.block);
+  r.state = StorageState::kSwapped;
+  ++stats_.evict_swap;
+  stats_.swapped_out_bytes += bytes;
+  swapped_now_ += bytes;
+  swapped_high_ = std::max(swapped_high_, swapped_now_);
+  return absl::OkStatus();
+}
+
+// Host buffers for swapped tensors are kept for reuse: a fresh one costs a page fault
+// per page on first touch, which on the CPU is slower than the copy itself.
+std::unique_ptr<std::byte[]> Engine::take_host_buffer(size_t bytes) {
+  auto it = host_pool_.find(bytes);
+  if (it == host_pool_.end()) return std::make_unique_for_overwrite<std::byte[]>(bytes);
+  std::unique_ptr<std::byte[]> b = std::move(it->second);
+  host_pool_.erase(it);
+  host_pool_bytes_ -= bytes;
+  return b;
+}
+
+void Engine::give_host_buffer(size_t bytes, std::unique_ptr<std::byte[]> b) {
+  if (!b) return;
+  // Keep at most as much as has been swapped out at once, and no more than 4 GiB.
+  const size_t cap = std::min<size_t>(size_t{4} << 30, swapped_high_);
+  if (host_pool_bytes_ + bytes > cap) return;
+  host_pool_bytes_ += bytes;
+  host_pool_.emplace(bytes, std::move(b));
+}
+
+void Engine::measure_bandwidth() {
+  // gamma: time a device-to-host copy of up to 64 MiB of the (still empty) compute region
+  // into a touched host buffer, best of 3; the peak statistics forget it. A host-to-device
+  // copy first writes the region's pages: on the CPU, reading never-written pages reads
+  // the kernel's one zero page, from cache, and measured several times the real rate.
+  // 64 MiB is also past any CPU's last-level cache, as a swapped tensor's bytes are by the
+  // time they are copied (they went stale first).
+  const size_t bytes = std::min<size_t>(size_t{64} << 20, host_.compute_region().capacity() / 4);
+  bytes_per_us_ = 1e4;  // 10 GB/s when nothing can be measured
+  if (bytes < (size_t{64} << 10)) return;
+  auto b = host_.compute_region().allocate(bytes);
+  if (!b.ok()) return;
+  auto host = std::make_unique<std::byte[]>(bytes);  // zeroed: its pages are touched
+  double best = 1e300;
+  if (host_.copy_to_device(host_.compute_ptr(*b), host.get(), bytes).ok()) {
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = Clock::now();
+      if (!host_.copy_to_host(host.get(), host_.compute_ptr(*b), bytes).ok()) break;
+      best = std::min(best, us_since(t0));
+    }
+  }
+  host_.free_compute(*b);
+  host_.compute_region().reset_peak();
+  if (best < 1e300 && best > 0) bytes_per_us_ = static_cast<double>(bytes) / best;
+}
+
+// Once real swaps have moved 64 MiB, gamma is their bandwidth: the start-up copy runs on
+// an idle machine from pages just written, while real swaps copy stale tensors between
+// kernels, and on the CPU they measured 2-5 GB/s below the start-up figure.
+void Engine::note_swap_copy(size_t bytes, double us) {
+  if (!refine_gamma_) return;
+  copied_bytes_ += static_cast<double>(bytes);
+  copied_us_ += us;
+  if (copied_bytes_ >= static_cast<double>(size_t{64} << 20) && copied_us_ > 0) {
+    bytes_per_us_ = copied_bytes_ / copied_us_;
+  }
+}
+
+// ---- the eviction search ----
+
+bool Engine::evict_one(bool fragmented) {
+  if (opts_.policy == EvictPolicy::kNone || candidates_.empty()) return false;
+  const auto t0 = Clock::now();
+  ++stats_.searches;
+  const size_t n = candidates_.size();
+  // Above sample_above candidates, score a random sqrt(n) sample (at least sample_above/4).
+  size_t tries = n;
+  if (n > opts_.sample_above) tries = std::max<size_t>(opts_.sample_above / 4, static_cast<size_t>(std::sqrt(n)));
+  TensorRecord* best = nullptr;
+  Score best_score;
+  // scan: scores `tries` candidates (all of them when tries == n); `waiting`: also the
+  // inputs pinned only while they wait for their op's other inputs (Note [Regeneration
+  // order]).
+  auto scan = [&](size_t count, bool waiting) {
+    for (size_t k = 0; k < count; ++k) {
+      TensorRecord* r = count == n ? candidates_[k] : candidates_[sample_rng_() % n];
+      if (r->pin_count > 0 && !(waiting && r->pin_count == waiting_pins(*r))) continue;
+      consider(r, fragmented, best, best_score);
+    }
+  };
+  scan(tries, /*waiting=*/false);
+  // A sample with nothing eligible in it says nothing of the rest: score them all.
+  if (best == nullptr && tries < n) scan(n, /*waiting=*/false);
+  if (best == nullptr && !waiting_pins_.empty()) scan(n, /*waiting=*/true);
+  stats_.search_us += us_since(t0);
+  if (best == nullptr) return false;
+  if (best_score.action == Action::kSwap) {
+    if (!swap_out(*best).ok()) return false;
+  } else {
+    drop(*best);
+    ++stats_.evict_drop;
+  }
+  if (fragmented) ++stats_.evict_fragmented;
+  return true;
+}
+
+// consider: scores r and keeps it in best when the policy may evict it and it scores lower.
+void Engine::consider(TensorRecord* r, bool fragmented, TensorRecord*& best, Score& best_score) {
+  CandidateStats c;
+  c.bytes = r->block.size;
+  c.compute_us = r->producer ? r->producer->compute_us : 0;
+  // C_s: a swap is two copies, out now and back in before the next use, and on the CPU
+  // both block the op stream. Priced at one copy, mtc kept swapping where dropping was
+  // cheaper once the real copies ran at 5-7 GB/s (replayed ResNet-56, 80-35%).
+  c.swap_us = 2 * static_cast<double>(r->desc.bytes()) / bytes_per_us_;
+  c.recompute_count = r->recompute_count;
+  c.staleness = static_cast<double>(op_clock_ - r->last_access + 1);
+  // The free bytes around t count only when the request failed for want of a large
+  // enough block: then an eviction that merges free blocks is worth more. Over the
+  // budget, any freed byte serves, and counting them made mtc evict by adjacency rather
+  // than by cost (replayed ResNet-56: 1-4% more overhead at 80-25%).
+  if (fragmented) {
+    const alloc::FreeNeighbors fn = host_.compute_region().free_neighbors(r->block);
+    c.free_left = fn.left;
+    c.free_right = fn.right;
+  }
+  c.can_drop = droppable(*r);
+  c.can_swap = true;
+  if (c.can_drop) {
+    absl::InlinedVector<uint64_t, 8> roots;
+    auto visit = [&](uint64_t nb) {
+      if (!classes_.contains(nb)) return;
+      const uint64_t root = classes_.root(nb);
+      if (std::find(roots.begin(), roots.end(), root) != roots.end()) return;
+      roots.push_back(root);
+      c.neighbourhood_us += classes_.class_cost(root);
+    };
+    for (uint64_t nb : r->producer->inputs) visit(nb);
+    for (uint64_t nb : r->users) visit(nb);
+  }
+  const Score s = cost_.score(c);
+  if (s.eligible && (best == nullptr || s.h < best_score.h)) {
+    best = r;
+    best_score = s;
+  }
+}
+
+uint32_t Engine::waiting_pins(const TensorRecord& r) const {
+  auto it = waiting_pins_.find(&r);
+  return it == waiting_pins_.end() ? 0 : it->second;
+}
+
+// held: the out-of-memory message's account of the compute region's resident tensors, by
+// why each stayed.
+HeldBytes Engine::held(std::span<TensorRecord* const> own_inputs) const {
+  HeldBytes h;
+  for (const auto& [id, r] : records_) {
+    if (r.state != StorageState::kResident || r.in_comm) continue;
+    const size_t b = r.block.size;
+    if (r.pin_count > 0) {
+      const bool own = std::find(own_inputs.begin(), own_inputs.end(), &r) != own_inputs.end();
+      (own ? h.own_inputs : h.waiting) += b;
+    } else if (r.persistent) {
+      h.persistent += b;
+    } else if (r.candidate_index == SIZE_MAX) {
+      h.small += b;
+    } else if (opts_.mode == EvictMode::kDrop && !droppable(r)) {
+      h.kept_by_mode += b;
+    } else {
+      h.evictable += b;
+    }
+  }
+  return h;
+}
+
+// ---- regeneration ----
+
+absl::Status Engine::ensure_resident(TensorRecord& r) {
+  switch (r.state) {
+    case StorageState::kResident:
+      return absl::OkStatus();
+    case StorageState::kMissing:
+      return absl::FailedPreconditionError(absl::StrCat("tensor ", r.desc.str(), " was never produced (an earlier op failed)"));
+    case StorageState::kSwapped: {
+      MTC_ASSIGN_OR_RETURN(alloc::Block b, host_.claim(r.desc.bytes(), [&] {
+        return absl::StrCat("swapping in ", r.desc.str());
+      }, Claim::kSwapIn));
+      if (simulate_) {
+        stats_.swap_us += static_cast<double>(r.desc.bytes()) / bytes_per_us_;
+      } else {
+        const auto t0 = Clock::now();
+        MTC_RETURN_IF_ERROR(host_.copy_to_device(host_.compute_ptr(b), r.host.get(), r.desc.bytes()));
+        const double us = us_since(t0);
+        stats_.swap_us += us;
+        note_swap_copy(r.desc.bytes(), us);
+      }
+      stats_.swapped_in_bytes += r.desc.bytes();
+      swapped_now_ -= r.desc.bytes();
+      give_host_buffer(r.desc.bytes(), std::move(r.host));
+      set_resident(r, b);
+      return absl::OkStatus();
+    }
+    case StorageState::kDropped:
+      return recompute(r);
+  }
+  return absl::InternalError("bad storage state");
+}
+
+// Note [Regeneration order]
+// An op's inputs are marked as just used (so the policy evicts them last), then the missing
+// ones are regenerated one by one, each pinned once it is back, while inputs that were
+// already resident stay evictable rather than being held through another input's
+// (possibly long) recompute chain. A second pass, with everything else pinned, brings back
+// any resident input evicted meanwhile. Each input is regenerated at most twice, so the
+// work stays linear in the recompute chain (retrying until all fit at once would not).
+// The pin of an input regenerated by the first pass is a waiting pin until the second
+// pass reaches it: when nothing else can be evicted, evict_one may evict it, and the
+// second pass brings it back. Without that, a recompute chain through a residual
+// network's skip connections held one regenerated operand per block (every add's first
+// input while the second recursed into the block before), and a larger budget, whose
+// different earlier evictions led into a longer chain, ran out of memory where a smaller
+// one had not (replayed ResNet-56 traces, drop mode; docs/dte.md). Such a pin yields
+// only where the request would otherwise fail, so a run that fits is unchanged.
+absl::Status Engine::make_resident(std::span<TensorRecord* const> ins, Pins& pins) {
+  for (TensorRecord* r : ins) r->last_access = op_clock_;
+  absl::InlinedVector<bool, 4> waiting(ins.size(), false);
+  absl::Cleanup stop_waiting = [&] {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (waiting[i]) unwait(*ins[i]);
+    }
+  };
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (ins[i]->state == StorageState::kResident) continue;
+    pins.add(ins[i]);
+    ++waiting_pins_[ins[i]];
+    waiting[i] = true;
+    MTC_RETURN_IF_ERROR(ensure_resident(*ins[i]));
+  }
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (waiting[i]) {
+      unwait(*ins[i]);
+      waiting[i] = false;
+    } else {
+      pins.add(ins[i]);
+    }
+    MTC_RETURN_IF_ERROR(ensure_resident(*ins[i]));
+  }
+  return absl::OkStatus();
+}
+
+void Engine::unwait(const TensorRecord& r) {
+  auto it = waiting_pins_.find(&r);
+  if (--it->second == 0) waiting_pins_.erase(it);
+}
+
+absl::Status Engine::recompute(TensorRecord& r) {
+  MTC_CHECK(r.producer != nullptr, "dropped tensor without a compute path");
+  const std::shared_ptr<ComputePath> path = r.producer;  // keep it alive across erasures
+  absl::InlinedVector<TensorRecord*, 4> ins;
+  for (size_t i = 0; i < path->inputs.size(); ++i) {
+    TensorRecord* in = find(path->inputs[i]);
+    if (in == nullptr || in->version != path->input_versions[i]) {
+      return absl::InternalError(
+          absl::StrCat("op ", host_.op_name(*path), ": cannot recompute: input ", i, " changed"));
+    }
+    ins.push_back(in);
+  }
+  // The executor runs the op again (its inputs regenerated first, by make_resident) into
+  // blocks of the compute region: dropped output records get their storage back; the
+  // others (resident, swapped, or gone) were written to temporary blocks, freed here.
+  Pins pins;
+  Rerun out;
+  MTC_RETURN_IF_ERROR(host_.rerun(path, ins, pins, out));
+  ++stats_.recomputes;
+  stats_.recompute_us += out.us;
+  for (size_t i = 0; i < out.targets.size(); ++i) {
+    TensorRecord* t = out.targets[i];
+    if (t == nullptr) {
+      host_.free_compute(out.blocks[i]);
+      continue;
+    }
+    set_resident(*t, out.blocks[i]);
+    t->last_access = op_clock_;
+    ++t->recompute_count;
+    classes_.restore(t->id);
+  }
+  // Inputs the user has released were regenerated only for this: drop them again.
+  for (uint64_t id : path->inputs) {
+    TensorRecord* in = find(id);
+    if (!in->handle_alive && in->pin_count == 1 && in->state == StorageState::kResident && droppable(*in) &&
+        !feeds_dropped(*in)) {
+      drop(*in);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Note [Copy on mutate]
+// A compute path names its inputs by id and version. When an op is about to mutate x in
+// place (an optimizer step, batch norm's running statistics) while recorded paths still
+// read x's current value, a dropped tensor downstream of those paths could no longer be
+// recomputed. So x's current value moves into a hidden snapshot record first (a copy, which
+// DTE may swap out like any tensor), the paths are repointed to it, and x starts a new
+// version with no users. The snapshot dies with the last tensor computed from it. Without
+// eviction nothing is ever recomputed, and no snapshot is taken; nor is one when no tensor
+// a user holds can be regenerated through x (the usual case at an optimizer step, when
+// the forward's activations are all released: only the loss, too small to evict, is
+// held).
+absl::Status Engine::snapshot_before_mutation(TensorRecord& x) {
+  // Only when something may still be regenerated from x's current value.
+  if (x.users.empty() || !feeds(x, /*count_evictable=*/true, /*otherwise=*/true)) return absl::OkStatus();
+  MTC_ASSIGN_OR_RETURN(alloc::Block b, host_.claim(x.desc.bytes(), [&] {
+    return absl::StrCat("snapshot of ", x.desc.str(), " before an in-place update");
+  }, Claim::kSnapshot));
+  if (!simulate_) MTC_RETURN_IF_ERROR(host_.copy_on_device(host_.compute_ptr(b), host_.data(x), x.desc.bytes()));
+  const uint64_t snap_id = kSnapshotIdBase + next_snapshot_++;
+  TensorRecord& s = records_[snap_id];
+  s.id = snap_id;
+  s.desc = x.desc;
+  s.handle_alive = false;
+  s.version = x.version;
+  s.last_access = x.last_access;
+  s.users = std::move(x.users);
+  x.users.clear();
+  for (uint64_t u : s.users) {
+    TensorRecord* r = find(u);
+    if (r == nullptr || !r->producer) continue;
+    for (uint64_t& in : r->producer->inputs) {
+      if (in == x.id) in = snap_id;
+    }
+  }
+  set_resident(s, b);
+  return absl::OkStatus();
+}
+
+// Note [Gradients are not recomputed]
+// Tensors made by the backward pass are never dropped, only swapped. Regenerating a
+// gradient means rerunning the backward from the loss down to it, a chain no local cost
+// estimate bounds, and the backward's live set is small: the bulk of memory is the
+// forward activations it reads, which stay recomputable. Such tensors therefore need no
+// recompute sources and are not recorded as users of their inputs, so a gradient
+// released after use is freed at once.
+void Engine::add_users(std::span<TensorRecord* const> ins, std::span<const uint64_t> outputs, bool recomputable) {
+  if (recomputable) {
+    for (TensorRecord* r : ins) r->users.insert(r->users.end(), outputs.begin(), outputs.end());
+  }
+}
+
+void Engine::release(TensorRecord& r) {
+  r.handle_alive = false;
+  if (r.users.empty()) {
+    erase_record(r.id);
+  } else if (r.state == StorageState::kResident && droppable(r) && !feeds_dropped(r)) {
+    // Still a recompute source for tensors computed from it ("fake delete"): keep the
+    // record, free the storage. Note [Fake delete]
+    drop(r);
+  }
+}
+
+void Engine::erase_record(uint64_t id) {
+  std::vector<uint64_t> work{id};
+  while (!work.empty()) {
+    const uint64_t t = work.back();
+    work.pop_back();
+    auto it = records_.find(t);
+    if (it == records_.end()) continue;
+    TensorRecord& r = it->second;
+    release_storage(r);
+    classes_.erase(t);
+    if (r.producer) {  // it no longer uses its inputs; they may now be unneeded too
+      for (uint64_t in : r.producer->inputs) {
+        TensorRecord* src = find(in);
+        if (src == nullptr) continue;
+        auto& u = src->users;
+        if (auto pos = std::find(u.begin(), u.end(), t); pos != u.end()) {
+          *pos = u.back();
+          u.pop_back();
+        }
+        if (!src->handle_alive && src->users.empty() && src->pin_count == 0) work.push_back(in);
+      }
+    }
+    records_.erase(it);
+  }
+}
+
+void Engine::cut_producer(TensorRecord& r) {
+  if (!r.producer) return;
+  const std::shared_ptr<ComputePath> path = std::move(r.producer);
+  r.producer = nullptr;
+  for (uint64_t in : path->inputs) {
+    TensorRecord* src = find(in);
+    if (src == nullptr) continue;
+    auto& u = src->users;
+    if (auto pos = std::find(u.begin(), u.end(), r.id); pos != u.end()) {
+      *pos = u.back();
+      u.pop_back();
+    }
+    if (!src->handle_alive && src->users.empty() && src->pin_count == 0) erase_record(in);
+  }
+}
+
+}  // namespace mtc::evict
