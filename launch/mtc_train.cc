@@ -30,6 +30,7 @@
 #include "device.h"
 #include "mtc/data.h"
 #include "mtc/distributed.h"
+#include "mtc/dtp.h"
 #include "mtc/models.h"
 #include "mtc/optim.h"
 #include "mtc/runtime.h"
@@ -63,6 +64,7 @@ ABSL_FLAG(FlagText, iterations, {"50"}, "timed training iterations, after the --
 ABSL_FLAG(FlagText, lr, {"0.1"}, "learning rate (>= 0)");
 ABSL_FLAG(FlagText, momentum, {"0.9"}, "SGD momentum (>= 0); sgd only (adamw has none)");
 ABSL_FLAG(FlagText, weight_decay, {"5e-4"}, "weight decay (>= 0); decoupled for adamw");
+ABSL_FLAG(FlagText, adam_eps, {"1e-8"}, "adamw's epsilon, added to the root of the second moment (> 0)");
 ABSL_FLAG(std::string, optimizer, "sgd", "optimizer: sgd|adamw");
 ABSL_FLAG(FlagText, seed, {"0"}, "seed of parameter initialisation, synthetic data and shuffling");
 ABSL_FLAG(std::string, device, "cpu", "device: cpu|cuda");
@@ -101,6 +103,9 @@ ABSL_FLAG(bool, sync_bn, false,
           "batch norm over the global batch: statistics all-reduced over the ranks (as SyncBatchNorm)");
 ABSL_FLAG(std::string, bucket_size, "2MiB", "data parallel: gradient bytes per all-reduce bucket");
 ABSL_FLAG(bool, comm_check, false, "check that every rank passes matching arguments to each collective (debug)");
+ABSL_FLAG(std::string, dtp, "off",
+          "dynamic tensor partition over the ranks: off (data parallel) | p1 | p2 | p3 | p4, one mode for every op "
+          "that has it (docs/dtp.md)");
 ABSL_FLAG(bool, allow_nonfinite, false,
           "keep training when the loss becomes NaN or infinite (default: stop with an error, exit status 1)");
 ABSL_FLAG(FlagText, fail_rank, {"-1"}, "testing: this rank fails at --fail_iteration (-1: none)");
@@ -183,12 +188,13 @@ std::string mib(size_t bytes) { return absl::StrFormat("%.1f MiB", bytes / 10485
 struct Flags {
   std::string model, optimizer, data;
   int batch, iterations, threads, image_size, num_classes, log_every, warmup;
-  double lr, momentum, weight_decay;
+  double lr, momentum, weight_decay, adam_eps;
   uint64_t seed;
   RuntimeOptions runtime;
   // Ranks.
   std::string comm_backend;
   bool sync_bn, comm_check, allow_nonfinite;
+  dtp::Mode dtp = dtp::Mode::kNone;  // --dtp
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
   std::string fail_mode;
@@ -241,9 +247,14 @@ Flags read_flags() {
   f.lr = value_or_exit(real_flag("lr", absl::GetFlag(FLAGS_lr)));
   f.momentum = value_or_exit(real_flag("momentum", absl::GetFlag(FLAGS_momentum)));
   f.weight_decay = value_or_exit(real_flag("weight_decay", absl::GetFlag(FLAGS_weight_decay)));
+  f.adam_eps = value_or_exit(real_flag("adam_eps", absl::GetFlag(FLAGS_adam_eps)));
+  if (!(f.adam_eps > 0)) fail(kBadValue, absl::StrCat("--adam_eps ", f.adam_eps, ": expected > 0"));
   f.optimizer = absl::GetFlag(FLAGS_optimizer);
   if (f.optimizer != "sgd" && f.optimizer != "adamw") {
     fail(kBadValue, absl::StrCat("--optimizer '", f.optimizer, "': expected sgd or adamw"));
+  }
+  if (f.optimizer == "sgd" && cli::given("adam_eps")) {
+    fail(kBadValue, "--adam_eps with --optimizer sgd: expected --adam_eps only with adamw");
   }
   if (f.optimizer == "adamw" && cli::given("momentum")) {
     fail(kBadValue, "--momentum with --optimizer adamw: AdamW has no momentum setting (its moments use betas 0.9 "
@@ -334,6 +345,15 @@ Flags read_flags() {
   }
   f.sync_bn = absl::GetFlag(FLAGS_sync_bn);
   f.comm_check = absl::GetFlag(FLAGS_comm_check);
+  if (absl::StatusOr<dtp::Mode> m = dtp::parse_mode(absl::GetFlag(FLAGS_dtp)); m.ok()) {
+    f.dtp = *m;
+  } else {
+    fail(kBadValue, absl::StrCat("--dtp ", m.status().message()));
+  }
+  if (f.dtp != dtp::Mode::kNone && f.sync_bn) {
+    fail(kBadValue, "--sync_bn with --dtp: under DTP batch norm over a split batch is synchronised already; "
+                    "expected one of the two");
+  }
   f.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
   f.bucket_bytes = value_or_exit(bytes_flag("bucket_size", absl::GetFlag(FLAGS_bucket_size)));
   if (f.bucket_bytes == 0) fail(kBadValue, "--bucket_size 'auto': expected a size > 0 such as 2MiB");
@@ -509,7 +529,22 @@ int run(const Flags& f, Input input) {
   }
   if (f.sync_bn) dist::convert_sync_batch_norm(*model.net, comm);
   std::unique_ptr<dist::DataParallel> dp;
-  if (g_world.size > 1) {
+  dtp::Group group;  // DTP's partition group: every rank
+  std::unique_ptr<dtp::GradReducer> reducer;
+  if (f.dtp != dtp::Mode::kNone) {
+    group = dtp::make_group(comm, f.comm_check);
+    dtp::set_forced_mode(f.dtp);
+    const dtp::ShardFigures sf = value_or_exit(dtp::shard(*model.net, f.dtp, group), "--dtp: ");
+    if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
+      fail(kFailure, absl::StrCat("placing the parameters for --dtp: ", s.message()));
+    }
+    reducer = value_or_exit(dtp::GradReducer::create(*model.net, group, f.bucket_bytes));
+    out("dtp: mode %s over %d ranks: %d modules placed, %d kept p1; parameters %s of %s on each rank, %d of them "
+        "replicated (gradients summed over the ranks)\n",
+        partition::mode_name(f.dtp), dtp::group_size(group), sf.modules, sf.kept_replicated,
+        mib(sf.local_parameter_bytes).c_str(), mib(sf.global_parameter_bytes).c_str(), reducer->replicated_parameters());
+    for (const std::string& n : sf.notes) out("dtp: note: %s\n", n.c_str());
+  } else if (g_world.size > 1) {
     dp = value_or_exit(dist::DataParallel::create(*model.net, comm, {.bucket_bytes = f.bucket_bytes}));
     absl::StatusOr<dist::DataParallelFigures> fig = dp->figures();
     if (!fig.ok()) fail(kFailure, absl::StrCat("broadcasting rank 0's parameters: ", fig.status().message()));
@@ -519,6 +554,26 @@ int run(const Flags& f, Input input) {
 
   out("data: %s\n", data->describe().c_str());
 
+  // The training state must fit before the first iteration starts: this rank's part of
+  // the parameters, their gradients (in the comm/gradient region while it has room) and
+  // the optimizer's state (AdamW two moments, SGD with momentum one buffer).
+  {
+    const size_t params = dtp::state_bytes(*model.net).parameters;
+    const size_t per_param = f.optimizer == "adamw" ? 2 : f.momentum > 0 ? 1 : 0;
+    const size_t need = params * (2 + per_param);
+    const size_t compute = rt.budget_bytes() > 0 ? rt.budget_bytes() : rt.device().compute_region().capacity();
+    const size_t have = compute + rt.device().comm_region().capacity();
+    if (need > have) {
+      fail(kBadValue,
+           absl::StrCat("out of memory before training: the training state of ", f.model, " needs ", need,
+                        " bytes (", mib(need), ") on each rank: parameters ", params, ", gradients ", params,
+                        ", ", f.optimizer, " state ", params * per_param, ", against ", have, " bytes (", mib(have),
+                        ") of compute", rt.budget_bytes() > 0 ? " budget" : " region", " and comm region: expected a "
+                        "larger --memory",
+                        f.dtp == dtp::Mode::kNone ? ", or --dtp=p2, p3 or p4 over more ranks (each rank keeps 1/p of it)"
+                                                  : ", or more ranks"));
+    }
+  }
   std::unique_ptr<optim::Optimizer> opt;
   if (f.optimizer == "sgd") {
     opt = value_or_exit(
@@ -528,7 +583,8 @@ int run(const Flags& f, Input input) {
   } else {
     opt = value_or_exit(optim::AdamW::create(
         model.net->parameters(),
-        {.lr = static_cast<float>(f.lr), .weight_decay = static_cast<float>(f.weight_decay)}));
+        {.lr = static_cast<float>(f.lr), .eps = static_cast<float>(f.adam_eps),
+         .weight_decay = static_cast<float>(f.weight_decay)}));
   }
   out("optimizer: %s lr %g momentum %g weight_decay %g, batch %d, %d + %d warm-up iterations\n",
               f.optimizer.c_str(), f.lr, f.optimizer == "sgd" ? f.momentum : 0.0, f.weight_decay, f.batch,
@@ -567,10 +623,23 @@ int run(const Flags& f, Input input) {
   // Every rank draws the same global batch and keeps its own rows of it, so N ranks see
   // exactly the samples one rank would with the whole batch.
   data::HostBatch host = rank_rows(data->next(f.batch));
+  // The gradient all-reduce: data parallel's, or under DTP the one of the replicated
+  // parameters.
+  dist::DataParallel* const dpp = dp ? dp.get() : reducer ? reducer->data_parallel() : nullptr;
+  // device_batch: the rank's rows on the device; under DTP the global batch Split(0).
+  auto device_batch = [&](const data::HostBatch& h) {
+    data::Batch b = data::to_device(h);
+    if (group == nullptr) return b;
+    Shape gi = b.images.shape(), gl = b.labels.shape();
+    gi[0] = gl[0] = f.batch;
+    b.images = dtp::distribute(b.images, gi, dtp::Placement::S(0), group);
+    b.labels = dtp::distribute(b.labels, gl, dtp::Placement::S(0), group);
+    return b;
+  };
   dist::DataParallelFigures dp_start, dp_end;
   auto dp_figures = [&](int it) {
-    if (dp == nullptr) return dist::DataParallelFigures{};
-    absl::StatusOr<dist::DataParallelFigures> fig = dp->figures();
+    if (dpp == nullptr) return dist::DataParallelFigures{};
+    absl::StatusOr<dist::DataParallelFigures> fig = dpp->figures();
     if (!fig.ok()) iteration_failed(it, fig.status());
     return *fig;
   };
@@ -582,9 +651,10 @@ int run(const Flags& f, Input input) {
     inject_failure(f, it);
     g_pending_trace.clear();  // training has started: a failure from here leaves FILE.partial
     rt.interpreter().mark("iteration", it);
-    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, data::to_device(host), dp.get());
+    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, device_batch(host), dpp);
     if (!loss.ok()) iteration_failed(it, loss.status());
-    // The loss of the global batch: the mean of the ranks' means (equal shares).
+    // The loss of the global batch: the mean of the ranks' means (equal shares); under
+    // DTP the loss is a global tensor already.
     Tensor global_loss = dp != nullptr ? dist::all_reduce(loss->detach(), dist::Reduce::kAvg, comm) : *loss;
     absl::StatusOr<float> l = global_loss.item();  // synchronises: the iteration has run
     if (!l.ok()) iteration_failed(it, l.status());
@@ -659,6 +729,21 @@ int run(const Flags& f, Input input) {
   absl::StatusOr<MemoryStats> mem = rt.interpreter().memory_stats();
   if (!mem.ok()) iteration_failed(total, mem.status());
   const std::vector<RankMemory> ranks = gather_memory(*mem, comm);
+  {
+    // This rank's training state by kind (rank 0's shown; under DTP every rank holds its
+    // part), and the ops DTP ran in each mode.
+    const dtp::StateBytes sb = dtp::state_bytes(*model.net);
+    const size_t optim_bytes = opt->state_bytes();
+    out("state dtp=%s ranks=%d param_bytes=%zu grad_bytes=%zu optim_bytes=%zu state_bytes=%zu "
+        "ops_p1=%llu ops_p2=%llu ops_p3=%llu ops_p4=%llu\n",
+        f.dtp == dtp::Mode::kNone ? "off" : partition::mode_name(f.dtp), g_world.size, sb.parameters, sb.gradients,
+        optim_bytes,
+        sb.parameters + sb.gradients + optim_bytes,
+        static_cast<unsigned long long>(dtp::mode_count(dtp::Mode::kP1)),
+        static_cast<unsigned long long>(dtp::mode_count(dtp::Mode::kP2)),
+        static_cast<unsigned long long>(dtp::mode_count(dtp::Mode::kP3)),
+        static_cast<unsigned long long>(dtp::mode_count(dtp::Mode::kP4)));
+  }
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankMemory& m = ranks[r];
     out("memory rank %zu: m1 %s, %s in use, peak %s; m2 %s, peak %s, high water %s\n", r,

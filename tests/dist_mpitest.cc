@@ -17,6 +17,7 @@
 
 #include "comm/communicator.h"
 #include "gtest/gtest.h"
+#include "mpitest_main.h"
 #include "mtc/distributed.h"
 #include "mtc/interpreter.h"
 #include "mtc/nn.h"
@@ -347,42 +348,6 @@ TEST(DataParallel, GradientsAreTheMeanOfTheRanksGradients) {
 }  // namespace mtc
 
 int main(int argc, char** argv) {
-  if (absl::Status s = mtc::comm::init(&argc, &argv); !s.ok()) {
-    std::fprintf(stderr, "dist_mpitest: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  mtc::comm::CommOptions co;
-  co.backend = mtc::comm::mpi_initialized() ? mtc::comm::Backend::kMpi : mtc::comm::Backend::kLocal;
-  co.check_arguments = true;  // the debug check on: every collective's arguments are compared
-  auto c = mtc::comm::create(co);
-  if (!c.ok()) {
-    std::fprintf(stderr, "dist_mpitest: %s\n", std::string(c.status().message()).c_str());
-    return 1;
-  }
-  mtc::g_comm = *c;
-  mtc::g_rank = mtc::g_comm->rank();
-  mtc::g_size = mtc::g_comm->world_size();
-  if (mtc::g_rank != 0) {  // one rank's report; failures still count on every rank below
-    ::testing::TestEventListeners& l = ::testing::UnitTest::GetInstance()->listeners();
-    delete l.Release(l.default_result_printer());
-  }
-  int failed = 0;
-  {
-    mtc::RuntimeOptions o;
-    o.memory_bytes = size_t{256} << 20;
-    o.num_threads = 1;
-    auto rt = mtc::Runtime::create(o);
-    if (!rt.ok()) {
-      std::fprintf(stderr, "dist_mpitest: %s\n", std::string(rt.status().message()).c_str());
-      return 1;
-    }
-    failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  }
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (failed) std::fprintf(stderr, "dist_mpitest: rank %d failed\n", mtc::g_rank);
-  mtc::g_comm.reset();
-  mtc::comm::finalize();
-  return any;
+  return mtc::testing_main::run(argc, argv, "dist_mpitest", /*check_arguments=*/true, size_t{256} << 20, mtc::g_comm, mtc::g_rank,
+                                mtc::g_size);
 }

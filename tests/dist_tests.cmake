@@ -52,3 +52,19 @@ foreach(script dp_equivalence dp_failure)
                                   ${MPIEXEC_EXECUTABLE})
   set_tests_properties(${script} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
 endforeach()
+# dtp_mpitest: DTP's dispatch, pins, sharding and the placement check, on 1 to 4 ranks;
+# dtp_equivalence.sh: every forced mode of mtc-train against one rank, one test per model.
+add_executable(dtp_mpitest dtp_mpitest.cc)
+target_include_directories(dtp_mpitest PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(dtp_mpitest PRIVATE mtc GTest::gtest MPI::MPI_CXX)
+foreach(np 1 2 3 4)
+  add_test(NAME dtp_mpitest_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:dtp_mpitest>)
+  set_tests_properties(dtp_mpitest_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 300)
+endforeach()
+foreach(model mlp resnet20 vgg16 gpt)
+  add_test(NAME dtp_equivalence_${model}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dtp_equivalence.sh $<TARGET_FILE:mtc-train>
+                   ${MPIEXEC_EXECUTABLE} ${model})
+  set_tests_properties(dtp_equivalence_${model} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 1200)
+endforeach()

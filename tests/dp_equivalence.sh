@@ -21,18 +21,7 @@ common=(--model=resnet20 --batch=32 --iterations=10 --warmup=0 --log_every=1 --t
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# compare A B: the "iter N loss X" lines of two runs, side by side.
-compare() {
-  grep '^iter ' "$1" | awk '{print $2, $4}' >"$tmp/a"
-  grep '^iter ' "$2" | awk '{print $4}' >"$tmp/b"
-  [ "$(wc -l <"$tmp/a")" -eq 10 ] && [ "$(wc -l <"$tmp/b")" -eq 10 ] || {
-    echo "expected 10 loss lines from each run"; cat "$1" "$2"; return 1; }
-  paste -d' ' "$tmp/a" "$tmp/b" | awk '
-    { d = $2 - $3; if (d < 0) d = -d; m = $3 < 0 ? -$3 : $3; r = d / m; if (r > worst) worst = r
-      printf "iter %2d  4 ranks %.6f  1 rank %.6f  relative difference %.2e\n", $1, $2, $3, r
-      if (r > 1e-4) bad = 1 }
-    END { printf "largest relative difference %.2e (allowed 1e-4)\n", worst; exit bad }'
-}
+. "$(dirname "$0")/loss_compare.sh"
 
 for mode in none budget; do
   extra=()
@@ -43,7 +32,7 @@ for mode in none budget; do
     cat "$tmp/dp.txt"; exit 1; }
   "$train" "${common[@]}" "${extra[@]}" >"$tmp/one.txt" 2>&1 || { cat "$tmp/one.txt"; exit 1; }
   grep -E '^(ranks|data parallel|memory rank)' "$tmp/dp.txt"
-  compare "$tmp/dp.txt" "$tmp/one.txt"
+  compare_losses "$tmp/dp.txt" "$tmp/one.txt" "4 ranks against 1" verbose
   if [ "$mode" = none ]; then
     # The control: per-rank statistics give another first loss already.
     "$mpirun" --oversubscribe -np 4 "$train" "${common[@]}" --iterations=1 >"$tmp/ctl.txt" 2>&1 || {

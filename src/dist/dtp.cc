@@ -245,7 +245,6 @@ std::vector<Mode> modes_of(const nn::Module& m) {
     if (c.groups == c.in_channels && c.groups == c.out_channels) return {Mode::kP1, Mode::kP2, Mode::kP4};
     return {Mode::kP1, Mode::kP2};
   }
-  if (t == "LayerNorm") return {Mode::kP1, Mode::kP2};
   return {Mode::kP1, Mode::kP2, Mode::kP3, Mode::kP4};
 }
 

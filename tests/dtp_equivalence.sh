@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# DTP gives the losses of one rank: for one model, every forced mode (--dtp=p1..p4) on 2
+# and 4 ranks trains 10 iterations with the single-rank losses within a relative 1e-4,
+# with SGD and with AdamW, without and with a DTE budget on each rank: 85% of the
+# single-rank run's peak, which must make that run evict (the MLP: see `share`). A
+# control run with a conversion's backward broken on purpose must fail the comparison.
+# The settings keep the single-rank check itself stable (see dp_equivalence.sh): small
+# steps, no momentum, since the ranks sum in another order; AdamW with an epsilon of
+# 1e-3, since at 1e-8 its update is about lr * sign(g) for the tiny gradients, and a
+# rounding difference flips them (ResNet-20: 3.2e-4 apart at 1e-8, 4.8e-5 at 1e-3).
+# Usage: dtp_equivalence.sh MTC_TRAIN MPIRUN MODEL   (run by ctest: tests/dist_tests.cmake)
+set -euo pipefail
+train=$1
+mpirun=$2
+model=$3
+# share: the budget as a share of the single-rank peak. The MLP's memory is its weights
+# and the weight gradient made next to them while the batch is pinned: no budget under
+# its peak is workable, so it runs at its peak, where DTE is on and need not evict.
+share=85
+must_evict=1
+case "$model" in
+  mlp) common=(--model=mlp --batch=16) share=100 must_evict=0 ;;
+  resnet20) common=(--model=resnet20 --batch=32) ;;
+  vgg16) common=(--model=vgg16 --batch=4) ;;
+  gpt) common=(--model=gpt --gpt_config=tiny --batch=8) ;;
+  *) echo "unknown model $model"; exit 2 ;;
+esac
+common+=(--iterations=10 --warmup=0 --log_every=1 --threads=1 --seed=5)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+. "$(dirname "$0")/loss_compare.sh"
+
+evictions() {
+  grep '^summary' "$1" | tr ' ' '\n' | awk -F= '$1 == "evict_drop" || $1 == "evict_swap" { n += $2 } END { print n + 0 }'
+}
+
+status=0
+for opt in sgd adamw; do
+  o=(--optimizer=$opt)
+  if [ $opt = sgd ]; then o+=(--lr=0.001 --momentum=0); else o+=(--lr=0.0001 --adam_eps=1e-3 --weight_decay=0.01); fi
+  for b in none budget; do
+    extra=()
+    if [ $b = budget ]; then
+      peak=$(grep '^summary' "$tmp/one.txt" | tr ' ' '\n' | awk -F= '$1 == "peak_compute_bytes" { print $2 }')
+      extra=(--budget=$((peak * share / 100 / 1024 + 1))KiB)
+    fi
+    "$train" "${common[@]}" "${o[@]}" "${extra[@]}" >"$tmp/one.txt" 2>&1 || { cat "$tmp/one.txt"; exit 1; }
+    if [ $b = budget ]; then
+      echo "$opt: budget ${extra[0]#--budget=} on each rank; one rank evicts $(evictions "$tmp/one.txt") tensors"
+      [ $must_evict = 0 ] || [ "$(evictions "$tmp/one.txt")" -gt 0 ] || { echo "the budget made no evictions"; exit 1; }
+    fi
+    for np in 2 4; do
+      for mode in p1 p2 p3 p4; do
+        what="$opt $b np=$np --dtp=$mode"
+        if ! "$mpirun" --oversubscribe -np $np "$train" "${common[@]}" "${o[@]}" "${extra[@]}" --dtp=$mode \
+            >"$tmp/dtp.txt" 2>&1; then
+          echo "$what: the run failed"; tail -5 "$tmp/dtp.txt"; status=1; continue
+        fi
+        compare_losses "$tmp/dtp.txt" "$tmp/one.txt" "$what" || status=1
+      done
+    done
+    if [ $opt = sgd ] && [ $b = none ]; then
+      # The control: with all_gather's backward broken on purpose (a local slice instead
+      # of the reduce_scatter, testing only), P2's weight gradients miss the other
+      # ranks' share and the comparison must fail.
+      "$mpirun" --oversubscribe -np 2 -x MTC_TESTING_BREAK_CONVERT_BACKWARD=all_gather "$train" "${common[@]}" \
+        "${o[@]}" --dtp=p2 >"$tmp/broken.txt" 2>&1 || { tail -5 "$tmp/broken.txt"; exit 1; }
+      if compare_losses "$tmp/broken.txt" "$tmp/one.txt" "control: broken backward, np=2 p2" >"$tmp/ctl.txt"; then
+        cat "$tmp/ctl.txt"; echo "the broken backward went unnoticed"; status=1
+      else
+        echo "$(tail -n 1 "$tmp/ctl.txt" | sed 's/: FAIL$//'): noticed, as it must be"
+      fi
+    fi
+  done
+done
+exit $status
