@@ -45,7 +45,7 @@ absl::StatusOr<Mode> parse_mode(const std::string& s);
 Tensor distribute(const Tensor& local, const Shape& global, Placement p, const Group& g);
 
 // pin: module m (its own parameters, not its children's) is placed for mode `mode` by
-// shard(), whatever mode shard() is given. Checked at once: a mode the module's op does
+// the next shard() of a model holding it, whatever mode shard() is given. Checked at once: a mode the module's op does
 // not have (P3 on a depthwise convolution) is an error naming the module and its modes.
 absl::Status pin(nn::Module& m, Mode mode);
 

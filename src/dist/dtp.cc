@@ -340,7 +340,10 @@ absl::StatusOr<ShardFigures> shard(nn::Module& net, Mode mode, const Group& g) {
     }
     if (own.empty()) continue;
     Mode want = mode;
-    if (auto it = pins().find(m); it != pins().end()) want = it->second;
+    if (auto it = pins().find(m); it != pins().end()) {
+      want = it->second;
+      pins().erase(it);  // used: a module placed once is not pinned again by a stale address
+    }
     const std::vector<Mode> has = modes_of(*m);
     std::string why;
     if (std::find(has.begin(), has.end(), want) == has.end()) {
