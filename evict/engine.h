@@ -129,9 +129,10 @@ class Engine {
   absl::Status ensure_resident(TensorRecord& r);  // swap in or recompute r if evicted
 
   // ---- step 3: eviction ----
-  // evict_one: evicts the lowest-scoring unpinned candidate (swap or drop) and says
-  // whether it found one. fragmented: the request was within the budget but found no
-  // free block large enough, so free neighbours count.
+  // evict_one: evicts the lowest-scoring unpinned candidate (swap or drop; a waiting pin
+  // yields when nothing else can go, Note [Regeneration order]) and says whether it found
+  // one. fragmented: the request was within the budget but found no free block large
+  // enough, so free neighbours count.
   bool evict_one(bool fragmented);
   HeldBytes held(std::span<TensorRecord* const> own_inputs) const;
 
@@ -146,6 +147,7 @@ class Engine {
   // release: the user's last handle to r is gone. Note [Fake delete]
   void release(TensorRecord& r);
 
+  // stats: DTE's totals; the executor adds its own op runs and their times.
   EvictStats& stats() { return stats_; }
   double bytes_per_us() const { return bytes_per_us_; }  // gamma
 
