@@ -55,7 +55,7 @@ for mode in p1 off p2 p3 p4; do
       --dtp="$mode"; then
     show_tail "--dtp=$mode failed" "$log"; exit 2
   fi
-  line=$(summary_line "$log")
+  line=$(summary_line "$log") || { show_tail "--dtp=$mode printed no summary" "$log"; exit 2; }
   state[$mode]=$(state_field "$log" state_bytes)
   mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
   printf "%-5s %11.3f %10.2f %12s %12s %12s %12s %9.3f %14s\n" "$mode" "$(field "$line" sec_per_iter)" \
@@ -69,7 +69,7 @@ limit=$(awk -v r="$ranks" 'BEGIN { printf "%.4f", 1 / r + 0.05 }')
 for mode in p2 p3 p4; do
   r=$(awk -v a="${state[$mode]}" -v b="${state[p1]}" 'BEGIN { printf "%.4f", a / b }')
   if awk -v r="$r" -v l="$limit" 'BEGIN { exit !(r <= l) }'; then v=ok; else v=FAIL; ok=0; fi
-  echo "state under $mode: $r of p1's (at most 1/$ranks + 5% = $limit): $v"
+  echo "state under $mode: $r of p1's (at most 1/$ranks + 0.05 = $limit): $v"
 done
 
 echo
@@ -89,7 +89,7 @@ for mode in off p2 p3 p4; do
       echo "off: expected status 2 with an out-of-memory message, got status $rc: FAIL"; ok=0
     fi
   elif [ $rc = 0 ]; then
-    line=$(summary_line "$log")
+    line=$(summary_line "$log") || { show_tail "--dtp=$mode printed no summary" "$log"; exit 2; }
     echo "$mode: trains: final_loss $(field "$line" final_loss), sec/iter $(field "$line" sec_per_iter)," \
          "state $(awk -v b="$(state_field "$log" state_bytes)" 'BEGIN { printf "%.1f", b / 1048576 }') MiB per rank," \
          "peak m2 $(max_peak "$log") MiB"

@@ -61,7 +61,8 @@ class TwoLinear final : public nn::Module {
 // check_against_one_rank: net (already pinned as the test wants) is sharded for `mode`,
 // run on x (rows, d) held as `xp`; its output and every parameter's gradient must equal
 // those of the same layers run without DTP on the same values.
-void check_against_one_rank(TwoLinear& net, dtp::Mode mode, dtp::Placement xp, int64_t rows, int64_t d) {
+void check_against_one_rank(TwoLinear& net, dtp::Mode mode, dtp::Placement xp, int64_t rows, int64_t d,
+                            dtp::ShardFigures* figures_out = nullptr) {
   // The reference: the same values, plain tensors, before sharding.
   TensorList ref_params;
   for (const Tensor& p : net.parameters()) {
@@ -77,6 +78,7 @@ void check_against_one_rank(TwoLinear& net, dtp::Mode mode, dtp::Placement xp, i
   const dtp::Group g = dtp::make_group(g_comm);
   auto figures = dtp::shard(net, mode, g);
   ASSERT_TRUE(figures.ok()) << figures.status();
+  if (figures_out != nullptr) *figures_out = *figures;
   auto reducer = dtp::GradReducer::create(net, g, size_t{1} << 20);
   ASSERT_TRUE(reducer.ok()) << reducer.status();
   // Each rank's part of x for its placement.
@@ -127,8 +129,13 @@ TEST(Dtp, ADimensionSmallerThanTheGroupStaysReplicated) {
   if (g_size < 3) GTEST_SKIP() << "needs 3 or more ranks";
   // fc1's 2 output features cannot be split over 3 or more ranks under p4.
   TwoLinear net(4, 2);
-  const dtp::Group g = dtp::make_group(g_comm);
-  check_against_one_rank(net, dtp::Mode::kP4, dtp::Placement::R(), 5, 4);
+  dtp::ShardFigures f;
+  check_against_one_rank(net, dtp::Mode::kP4, dtp::Placement::R(), 5, 4, &f);
+  EXPECT_EQ(f.modules, 1);  // fc2 (2 inputs, 4 outputs) is split
+  EXPECT_EQ(f.kept_replicated, 1);
+  ASSERT_EQ(f.notes.size(), 1u);
+  EXPECT_NE(f.notes[0].find("fc1 (Linear) stays p1: weight f32[2,4] has fewer than"), std::string::npos) << f.notes[0];
+  EXPECT_FALSE(dtp::placement(net.fc1->weight).split());
 }
 
 TEST(Dtp, RanksHoldingDifferentPlacementsAreCaughtUnderCommCheck) {

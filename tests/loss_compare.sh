@@ -12,7 +12,7 @@ compare_losses() {
   [ "$(wc -l <<<"$pa")" -eq 10 ] && [ "$(wc -l <<<"$pb")" -eq 10 ] || {
     echo "$what: expected 10 loss lines from each run"; cat "$a" "$b"; return 1; }
   paste -d' ' <(echo "$pa") <(echo "$pb") | awk -v what="$what" -v verbose="$verbose" '
-    { d = $2 - $3; if (d < 0) d = -d; m = $3 < 0 ? -$3 : $3; r = d / m; if (r > worst) worst = r
+    { d = $2 - $3; if (d < 0) d = -d; m = $3 < 0 ? -$3 : $3; if (m < 1e-12) m = 1e-12; r = d / m; if (r > worst) worst = r
       if (verbose != "") printf "iter %2d  %.6f against %.6f  relative difference %.2e\n", $1, $2, $3, r
       else if (r > 1e-4) printf "  iter %d: %.6f against %.6f\n", $1, $2, $3
       if (r > 1e-4) bad = 1 }

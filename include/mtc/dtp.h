@@ -58,10 +58,11 @@ struct ShardFigures {
   size_t local_parameter_bytes = 0, global_parameter_bytes = 0;
 };
 // shard: places every parameter and buffer of net for `mode` (pins override per module)
-// and replaces its storage by this rank's part: P1 Replicated; P2 Split(0), gathered for
-// each use; P3 Linear/Conv2d weights Split(in), P4 Split(out), with biases and batch
-// norm's parameters and statistics to match, embedding tables Split(0) (P3) or Split(1)
-// (P4); layer norms stay Replicated. The parameters' values are the global ones every
+// and replaces its storage by this rank's part: P1 Replicated; P2 parameters Split(0),
+// gathered for each use (buffers stay Replicated); P3 Linear/Conv2d weights Split(in) with
+// biases Replicated (added on rank 0), P4 Split(out) with biases Split(0); batch norm's
+// parameters and statistics Split(0) under P3 and P4; embedding tables Split(0) (P3) or
+// Split(1) (P4); layer norms stay Replicated. A model is sharded once. The parameters' values are the global ones every
 // rank drew alike (initialisation draws globally; each rank keeps its shard), so results
 // compare with one rank. Call before creating the optimizer.
 absl::StatusOr<ShardFigures> shard(nn::Module& net, Mode mode, const Group& g);

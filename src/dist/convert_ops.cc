@@ -206,8 +206,8 @@ absl::Status ConvertOp::infer(std::span<const TensorDesc> in, std::vector<Tensor
 }
 
 absl::StatusOr<TensorList> ConvertOp::backward(const BackwardArgs& a) const {
-  const Tensor& g = a.grad_outputs[0];
-  if (!g.defined()) return TensorList(1);
+  // No gradient counts as zeros: the backward is a collective, which every rank must run.
+  const Tensor g = a.grad_outputs[0].defined() ? a.grad_outputs[0] : zeros(a.output_descs[0].shape);
   if (break_convert_backward() == step.step) {
     // TESTING ONLY (MTC_TESTING_BREAK_CONVERT_BACKWARD): a rule that keeps only this rank's
     // part of the gradient, with no communication.

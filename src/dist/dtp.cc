@@ -122,6 +122,8 @@ TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inp
   absl::InlinedVector<TensorDesc, 4> global;
   absl::InlinedVector<Placement, 4> have;
   absl::InlinedVector<partition::Fixed, 4> fixed;
+  absl::InlinedVector<Placement, 4> stored;  // as held, before a P2 gather
+  absl::InlinedVector<bool, 4> gather;
   TensorList locals;
   bool gathered = false;
   const uint64_t mutated = op->mutates_inputs();
@@ -139,8 +141,10 @@ TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inp
     const DistInfo* d = t.global() ? t.ref()->dist.get() : nullptr;
     // A tensor the op writes in place is never converted: the write must reach it.
     const bool written = (mutated >> i) & 1;
-    if (d != nullptr && d->gather && p.split() && g.parts > 1 && !written) {  // P2: the shard, gathered for this use
-      l = dist::convert(l, t.desc(), p, Placement::R(), g.comm);
+    stored.push_back(p);
+    // P2: the shard, gathered for this use (below, after the placements are checked).
+    gather.push_back(d != nullptr && d->gather && p.split() && g.parts > 1 && !written);
+    if (gather.back()) {
       p = Placement::R();
       gathered = true;
     }
@@ -162,12 +166,16 @@ TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inp
     return fail(*interp, *op, absl::Status(s.code(), absl::StrCat(op->name(), " on ", absl::StrJoin(in, ", "), ": ",
                                                                   s.message())));
   }
+  // Before any collective of this op: a rank that holds other placements would run others.
   if (g.check) {
     std::vector<std::string> in;
-    for (size_t i = 0; i < global.size(); ++i) in.push_back(partition::describe(global[i], have[i]));
+    for (size_t i = 0; i < global.size(); ++i) in.push_back(partition::describe(global[i], stored[i]));
     const std::string what = absl::StrCat("op ", op->name(), "(", op->attrs(), ") on ", absl::StrJoin(in, ", "),
                                           " as ", sig.str());
     if (absl::Status s = check_agreement(*interp, g, what); !s.ok()) return fail(*interp, *op, s);
+  }
+  for (size_t i = 0; i < locals.size(); ++i) {
+    if (gather[i]) locals[i] = dist::convert(locals[i], global[i], stored[i], Placement::R(), g.comm);
   }
   for (size_t i = 0; i < locals.size(); ++i) {
     // On a group of one every placement is the whole tensor: nothing to convert.
@@ -273,6 +281,13 @@ Placement placement_for(const nn::Module& m, const std::string& name, const Shap
 // member and its parameter list) by this rank's part for p: the global values are read
 // once (every rank drew them alike) and the shard is put as a new persistent tensor.
 absl::Status place(Tensor& t, Placement p, bool gather, const Group& g) {
+  if (t.global()) {
+    return absl::FailedPreconditionError(absl::StrCat("dtp::shard: ", partition::describe(t.desc(), placement(t)),
+                                                      " is placed already (a model is sharded once)"));
+  }
+  if (t.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("dtp::shard: ", t.desc().str(), ": expected f32 parameters and buffers"));
+  }
   Interpreter& interp = *t.interpreter();
   const TensorDesc global = t.desc();
   const Shape ls = partition::local_shape(global.shape, p, g->parts, g->index);
@@ -330,6 +345,11 @@ absl::StatusOr<ShardFigures> shard(nn::Module& net, Mode mode, const Group& g) {
     auto [path, m] = work.back();
     work.pop_back();
     for (const auto& [name, child] : m->children()) work.emplace_back(path.empty() ? name : path + "." + name, child.get());
+    Mode want = mode;
+    if (auto it = pins().find(m); it != pins().end()) {
+      want = it->second;
+      pins().erase(it);  // used: a module placed once is not pinned again by a stale address
+    }
     nn::NamedTensors own;
     for (auto& [n, t] : m->named_parameters()) {
       if (n.find('.') == std::string::npos) own.emplace_back(n, t);
@@ -339,11 +359,6 @@ absl::StatusOr<ShardFigures> shard(nn::Module& net, Mode mode, const Group& g) {
       if (n.find('.') == std::string::npos) own.emplace_back(n, t);
     }
     if (own.empty()) continue;
-    Mode want = mode;
-    if (auto it = pins().find(m); it != pins().end()) {
-      want = it->second;
-      pins().erase(it);  // used: a module placed once is not pinned again by a stale address
-    }
     const std::vector<Mode> has = modes_of(*m);
     std::string why;
     if (std::find(has.begin(), has.end(), want) == has.end()) {

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "autograd.h"
+#include "mtc/ops.h"
 #include "mtc/status.h"
 
 namespace mtc {
@@ -95,6 +96,8 @@ absl::StatusOr<TensorList> Conv2dOp::backward(const BackwardArgs& a) const {
   const Tensor& w = a.inputs[1];
   if (a.needs_input_grad[0]) g[0] = call1(std::make_shared<Conv2dBackwardInputOp>(o, a.input_descs[0].shape), {dy, w});
   const bool need_bias = adds_bias() && a.needs_input_grad[2];
+  // An ignored bias gets zeros (see LinearOp::backward): every rank passes the same gradients.
+  if (has_bias && bias_ignored && a.needs_input_grad[2]) g[2] = zeros(a.input_descs[2].shape);
   if (a.needs_input_grad[1]) {
     TensorList dw = call(std::make_shared<Conv2dBackwardWeightOp>(o, a.input_descs[1].shape, need_bias), {x, dy});
     g[1] = dw[0];

@@ -152,6 +152,10 @@ absl::StatusOr<TensorList> LinearOp::backward(const BackwardArgs& g) const {
                               : reshape(call1(std::make_shared<MatmulOp>(), {reshape(dy, {1, -1}), w}), xs);
   }
   const bool need_bias = has_bias && !bias_ignored && g.needs_input_grad[2];
+  // An ignored bias (DTP: added on rank 0 only) gets zeros, not no gradient: every rank
+  // must pass the same gradients back, so that a collective its bias came from (a P2
+  // gather) runs its backward on every rank.
+  if (has_bias && bias_ignored && g.needs_input_grad[2]) grads[2] = zeros(g.input_descs[2].shape);
   if (g.needs_input_grad[1]) {
     TensorList dw = call(std::make_shared<LinearBackwardWeightOp>(need_bias), {x, dy});
     grads[1] = dw[0];
