@@ -3,10 +3,11 @@
 // are split across the ranks, and the conversions between placements inserted as ops.
 //
 //   auto g = dtp::make_group(comm);                 // every rank of comm
-//   dtp::pin(*model.attn->proj, dtp::Mode::kP3);    // a Megatron-style row split
-//   MTC_RETURN_IF_ERROR(dtp::shard(*model.net, dtp::Mode::kP4, g).status());
+//   dtp::pin(*block->attn->proj, dtp::Mode::kP3);   // a Megatron-style row split
+//   MTC_RETURN_IF_ERROR(dtp::shard(net, dtp::Mode::kP4, g).status());  // the rest p4
+//   auto reducer = *dtp::GradReducer::create(net, g, 2 << 20);
 //   Tensor x = dtp::distribute(local_images, global_shape, Placement::S(0), g);
-//   Tensor loss = cross_entropy(net(x), y);         // global; loss.item() reads the sum
+//   Tensor loss = cross_entropy(net(x), y);         // global; loss.item() reads it whole
 //   loss.backward(); reducer->finish(); opt.step();
 #pragma once
 
