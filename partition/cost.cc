@@ -1,0 +1,400 @@
+#include "partition/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace mtc::partition {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// term: x / rate, with an infinite rate dropping the term and a rate of 0 (unset) making
+// any work infinitely slow.
+double term(double x, double rate) {
+  if (std::isinf(rate)) return 0;
+  if (rate <= 0) return x > 0 ? kInf : 0;
+  return x / rate;
+}
+
+// solve: the n x n system m·x = v by Gaussian elimination with partial pivoting; false
+// when singular (a pivot below 1e-12 of the largest diagonal entry).
+bool solve(std::vector<std::vector<double>> m, std::vector<double> v, std::vector<double>& x) {
+  const size_t n = v.size();
+  double scale = 0;
+  for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(m[i][i]));
+  if (scale == 0) return false;
+  for (size_t col = 0; col < n; ++col) {
+    size_t piv = col;
+    for (size_t r = col + 1; r < n; ++r)
+      if (std::abs(m[r][col]) > std::abs(m[piv][col])) piv = r;
+    if (std::abs(m[piv][col]) < 1e-12 * scale) return false;
+    std::swap(m[piv], m[col]);
+    std::swap(v[piv], v[col]);
+    for (size_t r = col + 1; r < n; ++r) {
+      const double f = m[r][col] / m[col][col];
+      for (size_t k = col; k < n; ++k) m[r][k] -= f * m[col][k];
+      v[r] -= f * v[col];
+    }
+  }
+  x.assign(n, 0);
+  for (size_t i = n; i-- > 0;) {
+    double s = v[i];
+    for (size_t k = i + 1; k < n; ++k) s -= m[i][k] * x[k];
+    x[i] = s / m[i][i];
+  }
+  return true;
+}
+
+std::optional<Collective> collective_of(Step s) {
+  switch (s) {
+    case Step::kAllReduce: return Collective::kAllReduce;
+    case Step::kAllGather: return Collective::kAllGather;
+    case Step::kReduceScatter: return Collective::kReduceScatter;
+    case Step::kAllToAll: return Collective::kAllToAll;
+    default: return std::nullopt;
+  }
+}
+
+// backward_of: the collective a conversion's backward runs (docs/dtp.md, Conversions).
+Collective backward_of(Collective c) {
+  switch (c) {
+    case Collective::kAllGather: return Collective::kReduceScatter;
+    case Collective::kReduceScatter: return Collective::kAllGather;
+    case Collective::kAllReduce: return Collective::kAllReduce;
+    case Collective::kAllToAll: return Collective::kAllToAll;
+  }
+  return c;
+}
+
+std::string mib(double bytes) { return absl::StrFormat("%.0f bytes (%.1f MiB)", bytes, bytes / (1 << 20)); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+double Rates::time_us(double flops, double bytes) const {
+  return term(flops, flops_per_us) + term(bytes, bytes_per_us) + overhead_us;
+}
+
+Rates Rates::cpu_default() { return {2e4, 1e4, 5}; }
+
+absl::StatusOr<Rates> fit_rates(std::span<const RateSample> samples) {
+  if (samples.empty()) return absl::InvalidArgumentError("fit_rates: no sample");
+  for (const RateSample& s : samples) {
+    if (!(s.us > 0) || !std::isfinite(s.us) || !(s.flops >= 0) || !std::isfinite(s.flops) || !(s.bytes >= 0) ||
+        !std::isfinite(s.bytes)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "fit_rates: a sample needs flops >= 0, bytes >= 0 and us > 0, all finite; got flops=%g bytes=%g us=%g",
+          s.flops, s.bytes, s.us));
+    }
+  }
+  // Features (flops, bytes, 1), each column scaled by its largest value so the normal
+  // equations stay well conditioned (FLOPs reach 1e10, the constant is 1).
+  std::array<double, 3> col_scale{0, 0, 1};
+  for (const RateSample& s : samples) {
+    col_scale[0] = std::max(col_scale[0], s.flops);
+    col_scale[1] = std::max(col_scale[1], s.bytes);
+  }
+  auto feature = [&](const RateSample& s, int j) {
+    const double v = j == 0 ? s.flops : j == 1 ? s.bytes : 1.0;
+    return col_scale[j] > 0 ? v / col_scale[j] : 0.0;
+  };
+  auto residual = [&](const std::array<double, 3>& x) {
+    double r = 0;
+    for (const RateSample& s : samples) {
+      double pred = 0;
+      for (int j = 0; j < 3; ++j) pred += x[j] * feature(s, j);
+      const double e = (pred - s.us) / s.us;  // relative error: weight 1/us²
+      r += e * e;
+    }
+    return r;
+  };
+  std::array<double, 3> best{0, 0, 0};
+  double best_r = residual(best);
+  for (int subset = 1; subset < 8; ++subset) {
+    std::vector<int> cols;
+    for (int j = 0; j < 3; ++j)
+      if (subset & (1 << j)) cols.push_back(j);
+    const size_t n = cols.size();
+    std::vector<std::vector<double>> m(n, std::vector<double>(n, 0));
+    std::vector<double> v(n, 0);
+    for (const RateSample& s : samples) {
+      const double w = 1.0 / (s.us * s.us);
+      for (size_t a = 0; a < n; ++a) {
+        v[a] += w * feature(s, cols[a]) * s.us;
+        for (size_t b = 0; b < n; ++b) m[a][b] += w * feature(s, cols[a]) * feature(s, cols[b]);
+      }
+    }
+    std::vector<double> x;
+    if (!solve(m, v, x)) continue;
+    std::array<double, 3> full{0, 0, 0};
+    bool feasible = true;
+    for (size_t a = 0; a < n; ++a) {
+      if (x[a] < 0) feasible = false;
+      full[cols[a]] = x[a];
+    }
+    if (!feasible) continue;
+    const double r = residual(full);
+    if (r < best_r) best_r = r, best = full;
+  }
+  Rates out;
+  const double a = col_scale[0] > 0 ? best[0] / col_scale[0] : 0;  // us per FLOP
+  const double b = col_scale[1] > 0 ? best[1] / col_scale[1] : 0;  // us per byte
+  out.flops_per_us = a > 0 ? 1 / a : kInf;
+  out.bytes_per_us = b > 0 ? 1 / b : kInf;
+  out.overhead_us = best[2];
+  return out;
+}
+
+absl::Status RateTable::fit(absl::string_view family, std::span<const RateSample> samples) {
+  auto r = fit_rates(samples);
+  if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("op family ", family, ": ", r.status().message()));
+  set(family, *r);
+  return absl::OkStatus();
+}
+
+const Rates& RateTable::get(absl::string_view family) const {
+  auto it = rates_.find(family);
+  return it == rates_.end() ? fallback_ : it->second;
+}
+
+// ---------------------------------------------------------------------------------------
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "all_reduce";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllToAll: return "all_to_all";
+  }
+  return "?";
+}
+
+double busbw_factor(Collective c, int p) {
+  if (p <= 1) return 0;
+  const double share = static_cast<double>(p - 1) / p;
+  return c == Collective::kAllReduce ? 2 * share : share;
+}
+
+double collective_size_bytes(Collective c, double global_bytes, int p) {
+  if (c == Collective::kAllToAll) return global_bytes / std::max(p, 1);
+  return global_bytes;
+}
+
+double CollectiveModel::time_us(Collective c, double size_bytes, int p) const {
+  if (p <= 1) return 0;
+  const Line& l = lines[static_cast<int>(c)];
+  return l.alpha_us + l.bus_us_per_byte * size_bytes * busbw_factor(c, p);
+}
+
+absl::Status CollectiveModel::set_fit(Collective c, double alpha_us, double beta_us_per_byte, int world_size) {
+  if (world_size < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective model: ", collective_name(c), " fitted at world_size ", world_size, "; needs >= 2"));
+  }
+  if (!(alpha_us >= 0) || !(beta_us_per_byte >= 0) || !std::isfinite(alpha_us) || !std::isfinite(beta_us_per_byte)) {
+    return absl::InvalidArgumentError(absl::StrFormat("collective model: %s needs alpha_us >= 0 and "
+                                                      "beta_us_per_byte >= 0; got %g and %g",
+                                                      collective_name(c), alpha_us, beta_us_per_byte));
+  }
+  lines[static_cast<int>(c)] = {alpha_us, beta_us_per_byte / busbw_factor(c, world_size)};
+  return absl::OkStatus();
+}
+
+CollectiveModel CollectiveModel::mpi_cpu_default() {
+  CollectiveModel m;
+  // docs/comm.md's sample: all_reduce alpha 35.1 us, beta 0.00237 us/B at 4 ranks (factor 1.5).
+  const Line l{35.1, 0.00237 / 1.5};
+  m.lines = {l, l, l, l};
+  return m;
+}
+
+CollectiveModel CollectiveModel::nccl_default() {
+  CollectiveModel m;
+  const Line ring{10.0, 1.0 / 450e3};   // 450 GB/s bus bandwidth = 450e3 bytes/us
+  const Line a2a{10.0, 1.0 / 300e3};    // 300 GB/s
+  m.lines = {ring, ring, ring, a2a};
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------
+
+WeightOp WeightOp::linear(int64_t batch, int64_t in, int64_t out, int64_t elem_bytes) {
+  WeightOp op;
+  op.batch = batch, op.in = in, op.out = out, op.elem_bytes = elem_bytes;
+  return op;
+}
+
+WeightOp WeightOp::conv2d(int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                          int64_t oh, int64_t ow, int64_t elem_bytes) {
+  WeightOp op;
+  op.batch = n, op.in = c, op.out = oc, op.elem_bytes = elem_bytes;
+  op.x_per_elem = h * w, op.y_per_elem = oh * ow, op.w_per_elem = kh * kw;
+  return op;
+}
+
+double WeightOp::w_bytes() const { return double(in) * double(out) * double(w_per_elem) * double(elem_bytes); }
+double WeightOp::x_bytes() const { return double(batch) * double(in) * double(x_per_elem) * double(elem_bytes); }
+double WeightOp::y_bytes() const { return double(batch) * double(out) * double(y_per_elem) * double(elem_bytes); }
+double WeightOp::flops() const {
+  return 2.0 * double(batch) * double(in) * double(out) * double(w_per_elem) * double(y_per_elem);
+}
+
+Placement x_placement_for(const WeightOp& op, Mode m) {
+  switch (m) {
+    case Mode::kP1:
+    case Mode::kP2: return Placement::S(0);
+    case Mode::kP3: return Placement::S(op.channel_dim);
+    default: return Placement::R();
+  }
+}
+
+absl::StatusOr<ModeBreakdown> mode_breakdown(const WeightOp& op, Mode m, Placement x_have, Placement y_next,
+                                             const CostContext& ctx) {
+  if (m != Mode::kP1 && m != Mode::kP2 && m != Mode::kP3 && m != Mode::kP4) {
+    return absl::InvalidArgumentError(absl::StrCat("cost: mode ", mode_name(m), " is not one of p1..p4"));
+  }
+  if (ctx.parts < 1) return absl::InvalidArgumentError(absl::StrCat("cost: ", ctx.parts, " ranks; needs >= 1"));
+  if (op.batch <= 0 || op.in <= 0 || op.out <= 0 || op.x_per_elem <= 0 || op.y_per_elem <= 0 || op.w_per_elem <= 0 ||
+      op.elem_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cost: op extents must be positive: B=", op.batch, " c=", op.in,
+                                                   " n=", op.out));
+  }
+  const int p = ctx.parts;
+  const double e = double(op.elem_bytes);
+  auto largest = [&](int64_t n) { return double(shard_range(n, p, 0).size); };  // the slowest rank's shard
+  ModeBreakdown b;
+  b.mode = m;
+
+  // The rank's shards: X [Bl, cl], W [cl, nl], Y [Bl, nl].
+  double bl = double(op.batch), cl = double(op.in), nl = double(op.out);
+  if (m == Mode::kP1 || m == Mode::kP2) bl = largest(op.batch);
+  if (m == Mode::kP3) cl = largest(op.in);
+  if (m == Mode::kP4) nl = largest(op.out);
+  const double x_l = bl * cl * double(op.x_per_elem) * e;
+  const double w_l = cl * nl * double(op.w_per_elem) * e;
+  const double y_l = bl * nl * double(op.y_per_elem) * e;
+  const double flops_l = 2.0 * bl * cl * nl * double(op.w_per_elem) * double(op.y_per_elem);
+
+  // Compute: the forward, and in training dW = X^T·dY and (when X needs it) dX = dY·W^T,
+  // each with the forward's FLOPs and the bytes of its three operands.
+  const int matmuls = 1 + (ctx.backward ? 1 + (ctx.x_needs_grad ? 1 : 0) : 0);
+  b.compute_us = matmuls * ctx.rates.time_us(flops_l, x_l + w_l + y_l);
+
+  auto call = [&](Collective c, double global_bytes, double& into_us) {
+    const double s = collective_size_bytes(c, global_bytes, p);
+    into_us += ctx.comm.time_us(c, s, p);
+    b.sent_bytes += s * busbw_factor(c, p);
+  };
+
+  // X's conversion to the placement the mode needs, and its backward.
+  const Conversion conv = plan_conversion(x_have, x_placement_for(op, m));
+  if (conv.step == Step::kUnsupported) {
+    return absl::InvalidArgumentError(absl::StrCat("cost: X held as ", x_have.str(), " cannot be converted to ",
+                                                   x_placement_for(op, m).str(), " for mode ", mode_name(m)));
+  }
+  if (auto c = collective_of(conv.step)) {
+    call(*c, op.x_bytes(), b.conversion_us);
+    if (ctx.backward && ctx.x_needs_grad) call(backward_of(*c), op.x_bytes(), b.conversion_us);
+  }
+
+  // The mode's own collectives and its memory.
+  const double w = op.w_bytes();
+  double w_stored = w;
+  switch (m) {
+    case Mode::kP1:
+      if (ctx.backward) call(Collective::kAllReduce, w, b.collective_us);  // dW
+      break;
+    case Mode::kP2:
+      w_stored = largest(op.in) * double(op.out) * double(op.w_per_elem) * e;
+      call(Collective::kAllGather, w, b.collective_us);  // W for the forward, kept for the backward
+      b.buffer_bytes += w;
+      if (ctx.backward) {
+        call(Collective::kReduceScatter, w, b.collective_us);  // dW
+        b.buffer_bytes += w;                                   // the whole dW before its reduce-scatter
+      }
+      break;
+    case Mode::kP3: {
+      w_stored = w_l;
+      const Conversion yc = plan_conversion(Placement::P(), y_next);
+      if (yc.step == Step::kUnsupported) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cost: a Partial Y cannot be converted to ", y_next.str()));
+      }
+      if (auto c = collective_of(yc.step)) {
+        call(*c, op.y_bytes(), b.collective_us);
+        if (ctx.backward) call(backward_of(*c), op.y_bytes(), b.collective_us);
+        b.buffer_bytes += y_next.split() ? op.y_bytes() / p : op.y_bytes();  // the converted Y
+      }
+      break;
+    }
+    case Mode::kP4:
+      w_stored = w_l;
+      // dX: each rank's dY_l·W_l^T is a share of dX; when X's conversion has a backward it
+      // sums them, otherwise they are summed by an all-reduce (here or upstream).
+      if (ctx.backward && ctx.x_needs_grad && !collective_of(conv.step)) {
+        call(Collective::kAllReduce, op.x_bytes(), b.collective_us);
+      }
+      break;
+    default: break;
+  }
+  b.state_bytes = w_stored * (2 + ctx.optimizer_states);
+  b.activation_bytes = x_l + y_l;
+  return b;
+}
+
+absl::StatusOr<ModeCost> mode_cost(const WeightOp& op, Mode m, Placement x_have, Placement y_next,
+                                   const CostContext& ctx) {
+  auto b = mode_breakdown(op, m, x_have, y_next, ctx);
+  if (!b.ok()) return b.status();
+  return b->total();
+}
+
+// ---------------------------------------------------------------------------------------
+
+absl::StatusOr<Mode> choose_mode(std::span<const ModeOption> options, double budget_bytes, double lambda,
+                                 absl::string_view op_name) {
+  if (!(lambda >= 0 && lambda <= 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat("op %s: lambda %g is outside [0, 1]", op_name, lambda));
+  }
+  if (options.empty()) return absl::InvalidArgumentError(absl::StrCat("op ", op_name, ": no mode to choose from"));
+  std::vector<const ModeOption*> fit;
+  const ModeOption* smallest = nullptr;
+  for (const ModeOption& o : options) {
+    if (!smallest || o.cost.bytes < smallest->cost.bytes) smallest = &o;
+    if (o.cost.bytes <= budget_bytes && std::isfinite(o.cost.time_us) && std::isfinite(o.cost.bytes)) fit.push_back(&o);
+  }
+  if (fit.empty()) {
+    return absl::ResourceExhaustedError(absl::StrCat("op ", op_name, ": no mode fits the budget of ", mib(budget_bytes),
+                                                     " per rank; the smallest, ", mode_name(smallest->mode), ", needs ",
+                                                     mib(smallest->cost.bytes)));
+  }
+  double m_ref = kInf, t_ref = kInf, m_max = 0, t_max = 0;
+  for (const ModeOption* o : fit) {
+    m_ref = std::min(m_ref, o->cost.bytes), t_ref = std::min(t_ref, o->cost.time_us);
+    m_max = std::max(m_max, o->cost.bytes), t_max = std::max(t_max, o->cost.time_us);
+  }
+  for (const ModeOption* o : fit) {
+    if (o->mode == Mode::kP1) m_ref = o->cost.bytes, t_ref = o->cost.time_us;
+  }
+  if (m_ref <= 0) m_ref = m_max;
+  if (t_ref <= 0) t_ref = t_max;
+  auto norm = [](double x, double ref) { return ref > 0 ? x / ref : 0.0; };
+  const ModeOption* best = nullptr;
+  double best_score = kInf;
+  for (const ModeOption* o : fit) {
+    const double score = lambda * norm(o->cost.bytes, m_ref) + (1 - lambda) * norm(o->cost.time_us, t_ref);
+    if (!best || score < best_score || (score == best_score && o->cost.bytes < best->cost.bytes)) {
+      best = o, best_score = score;
+    }
+  }
+  return best->mode;
+}
+
+}  // namespace mtc::partition

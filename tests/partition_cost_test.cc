@@ -1,0 +1,326 @@
+// Tests of DTP's cost model core (partition/cost.h): the rates and their fit, the
+// collectives' alpha-beta model in nccl-tests' size convention, each mode's time and
+// memory on hand-computed examples, and the choice of a mode under a budget.
+#include "partition/cost.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace mtc::partition {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Round figures so every expectation below can be computed by hand.
+Rates HandRates() { return {1e4 /*FLOP/us*/, 1e3 /*bytes/us*/, 2 /*us per call*/}; }
+CollectiveModel HandComm() {
+  CollectiveModel m;
+  for (auto& l : m.lines) l = {10 /*us*/, 0.001 /*us per bus byte*/};
+  return m;
+}
+CostContext HandContext(int p, double optimizer_states = 2 /*AdamW*/) {
+  CostContext c;
+  c.parts = p, c.rates = HandRates(), c.comm = HandComm(), c.optimizer_states = optimizer_states;
+  return c;
+}
+
+// ---- rates ----
+
+TEST(RatesTest, TimeIsFlopsOverRatePlusBytesOverRatePlusOverhead) {
+  const Rates r = HandRates();
+  // 1e6 FLOP / 1e4 FLOP/us = 100 us; 5e4 bytes / 1e3 bytes/us = 50 us; + 2 us.
+  EXPECT_DOUBLE_EQ(r.time_us(1e6, 5e4), 152.0);
+  const Rates no_bytes{1e4, kInf, 0};
+  EXPECT_DOUBLE_EQ(no_bytes.time_us(1e6, 5e4), 100.0);
+  const Rates cpu = Rates::cpu_default();
+  EXPECT_DOUBLE_EQ(cpu.flops_per_us, 2e4);  // 20 GFLOP/s
+  EXPECT_DOUBLE_EQ(cpu.bytes_per_us, 1e4);  // 10 GB/s
+  EXPECT_DOUBLE_EQ(cpu.overhead_us, 5);
+}
+
+TEST(RatesTest, FitRecoversKnownRatesWithinOnePercent) {
+  const double F = 5e4 /*FLOP/us*/, B = 2e3 /*bytes/us*/, c = 3 /*us*/;
+  std::vector<RateSample> samples;
+  int i = 0;
+  // Compute-bound, memory-bound and tiny ops, with a deterministic +-0.3% error.
+  for (double flops : {1e5, 1e6, 1e7, 1e8, 1e9}) {
+    for (double bytes : {1e3, 1e4, 1e5, 1e6, 1e7}) {
+      const double us = (flops / F + bytes / B + c) * (1 + ((i++ % 3) - 1) * 0.003);
+      samples.push_back({flops, bytes, us});
+    }
+  }
+  auto r = fit_rates(samples);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->flops_per_us / F, 1, 0.01);
+  EXPECT_NEAR(r->bytes_per_us / B, 1, 0.01);
+  EXPECT_NEAR(r->overhead_us / c, 1, 0.01);
+}
+
+TEST(RatesTest, FitExactSamplesAndNonNegativeCoefficients) {
+  // Exact samples of us = flops/1e4 with no bytes term and no overhead: the bytes rate
+  // comes back infinite (its coefficient 0), never negative.
+  std::vector<RateSample> samples = {{1e5, 7e3, 10}, {1e6, 2e3, 100}, {3e6, 9e4, 300}, {2e7, 1e2, 2000}};
+  auto r = fit_rates(samples);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->flops_per_us, 1e4, 1e4 * 1e-9);
+  EXPECT_TRUE(std::isinf(r->bytes_per_us));
+  EXPECT_NEAR(r->overhead_us, 0, 1e-9);
+  // Samples that a negative overhead would fit best: the fit keeps c >= 0.
+  std::vector<RateSample> neg = {{1e6, 0, 90}, {2e6, 0, 190}, {4e6, 0, 390}};
+  auto rn = fit_rates(neg);
+  ASSERT_TRUE(rn.ok()) << rn.status();
+  EXPECT_GE(rn->overhead_us, 0);
+  EXPECT_GT(rn->flops_per_us, 0);
+}
+
+TEST(RatesTest, FitRejectsBadSamples) {
+  EXPECT_FALSE(fit_rates({}).ok());
+  std::vector<RateSample> bad = {{1e6, 1e3, 0}};
+  auto r = fit_rates(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("us > 0"), std::string::npos) << r.status();
+}
+
+TEST(RatesTest, TablePerFamilyWithFallback) {
+  RateTable t(HandRates());
+  EXPECT_FALSE(t.has("matmul"));
+  EXPECT_DOUBLE_EQ(t.get("matmul").flops_per_us, 1e4);
+  std::vector<RateSample> s = {{1e6, 0, 10}, {2e6, 0, 20}, {4e6, 0, 40}};  // 1e5 FLOP/us
+  ASSERT_TRUE(t.fit("conv2d", s).ok());
+  EXPECT_TRUE(t.has("conv2d"));
+  EXPECT_NEAR(t.get("conv2d").flops_per_us, 1e5, 1);
+  EXPECT_DOUBLE_EQ(t.get("matmul").flops_per_us, 1e4);
+  auto bad = t.fit("matmul", {});
+  EXPECT_NE(bad.message().find("op family matmul"), std::string::npos) << bad;
+}
+
+// ---- collectives ----
+
+TEST(CollectiveTest, BusFactorsAndSizesFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllReduce, 4), 1.5);  // 2(p-1)/p
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllGather, 4), 0.75);  // (p-1)/p
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kReduceScatter, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllToAll, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllReduce, 1), 0);
+  // S for a 4096-byte tensor on 4 ranks: the whole tensor, except all_to_all's shard.
+  EXPECT_DOUBLE_EQ(collective_size_bytes(Collective::kAllReduce, 4096, 4), 4096);
+  EXPECT_DOUBLE_EQ(collective_size_bytes(Collective::kAllGather, 4096, 4), 4096);
+  EXPECT_DOUBLE_EQ(collective_size_bytes(Collective::kReduceScatter, 4096, 4), 4096);
+  EXPECT_DOUBLE_EQ(collective_size_bytes(Collective::kAllToAll, 4096, 4), 1024);
+}
+
+TEST(CollectiveTest, TimeIsAlphaPlusBetaTimesBusBytes) {
+  const CollectiveModel m = HandComm();
+  // all_reduce of 1 MB on 4 ranks: 10 us + 0.001 us/B * 1e6 B * 1.5 = 1510 us.
+  EXPECT_DOUBLE_EQ(m.time_us(Collective::kAllReduce, 1e6, 4), 1510);
+  // all_gather of 1 MB on 4 ranks: 10 + 0.001 * 1e6 * 0.75 = 760 us.
+  EXPECT_DOUBLE_EQ(m.time_us(Collective::kAllGather, 1e6, 4), 760);
+  EXPECT_DOUBLE_EQ(m.time_us(Collective::kAllReduce, 1e6, 1), 0);  // one rank: no call
+}
+
+TEST(CollectiveTest, SetFitRescalesToOtherWorldSizes) {
+  CollectiveModel m;
+  // docs/comm.md's sample line, measured at 4 ranks.
+  ASSERT_TRUE(m.set_fit(Collective::kAllReduce, 35.1, 0.00237, 4).ok());
+  EXPECT_NEAR(m.time_us(Collective::kAllReduce, 1e6, 4), 35.1 + 0.00237 * 1e6, 1e-6);  // as fitted
+  // At 2 ranks the bus factor is 1 instead of 1.5: beta becomes 0.00237 / 1.5 us/B.
+  EXPECT_NEAR(m.time_us(Collective::kAllReduce, 1e6, 2), 35.1 + 0.00158 * 1e6, 1e-6);
+  EXPECT_FALSE(m.set_fit(Collective::kAllGather, 1, 1e-3, 1).ok());
+  EXPECT_FALSE(m.set_fit(Collective::kAllGather, -1, 1e-3, 4).ok());
+  const CollectiveModel mpi = CollectiveModel::mpi_cpu_default();
+  EXPECT_NEAR(mpi.time_us(Collective::kAllReduce, 1e6, 4), 35.1 + 0.00237 * 1e6, 1e-6);
+  const CollectiveModel nccl = CollectiveModel::nccl_default();
+  // 450 GB/s bus bandwidth: 1 GB all_reduce on 8 GPUs = 10 us + 1e9 * 1.75 / 450e3 us.
+  EXPECT_NEAR(nccl.time_us(Collective::kAllReduce, 1e9, 8), 10 + 1e9 * 1.75 / 450e3, 1e-6);
+}
+
+// ---- modes ----
+
+// The [64,768] x [768,3072] linear on 4 ranks, f32, AdamW, rates 1e4 FLOP/us, 1e3 B/us,
+// 2 us per call; every collective 10 us + 0.001 us per bus byte.
+constexpr double kW = 768.0 * 3072 * 4;  // bytes, W global: 9437184
+constexpr double kX = 64.0 * 768 * 4;    // bytes, X global: 196608
+constexpr double kY = 64.0 * 3072 * 4;   // bytes, Y global: 786432
+constexpr double kFlopsPerRank = 2.0 * 64 * 768 * 3072 / 4;  // FLOP, every mode: 75497472
+
+double MatmulUs(double x_bytes, double w_bytes, double y_bytes) {
+  return kFlopsPerRank / 1e4 + (x_bytes + w_bytes + y_bytes) / 1e3 + 2;  // us
+}
+
+TEST(ModeCostTest, LinearP1AllReducesDw) {
+  const WeightOp op = WeightOp::linear(64, 768, 3072);
+  EXPECT_DOUBLE_EQ(op.w_bytes(), kW);
+  auto b = mode_breakdown(op, Mode::kP1, Placement::S(0), Placement::R(), HandContext(4));
+  ASSERT_TRUE(b.ok()) << b.status();
+  // Shards X [16,768], W [768,3072] whole, Y [16,3072]; forward, dW and dX.
+  EXPECT_DOUBLE_EQ(b->compute_us, 3 * MatmulUs(16.0 * 768 * 4, kW, 16.0 * 3072 * 4));
+  // All-reduce of dW: S = 9437184 B, bus bytes 2(p-1)/p * S = 14155776 B.
+  EXPECT_DOUBLE_EQ(b->sent_bytes, 2.0 * 3 / 4 * 768 * 3072 * 4);
+  EXPECT_DOUBLE_EQ(b->sent_bytes, 14155776);
+  EXPECT_DOUBLE_EQ(b->collective_us, 10 + 0.001 * 14155776);  // 14165.776 us
+  EXPECT_DOUBLE_EQ(b->conversion_us, 0);                       // X is S(0) already
+  // W, dW and AdamW's two moments, whole: 4 * 9437184 = 37748736 B.
+  EXPECT_DOUBLE_EQ(b->state_bytes, 37748736);
+  EXPECT_DOUBLE_EQ(b->activation_bytes, 16.0 * 768 * 4 + 16.0 * 3072 * 4);  // 245760 B
+  EXPECT_DOUBLE_EQ(b->buffer_bytes, 0);
+  auto c = mode_cost(op, Mode::kP1, Placement::S(0), Placement::R(), HandContext(4));
+  ASSERT_TRUE(c.ok());
+  EXPECT_DOUBLE_EQ(c->time_us, b->compute_us + b->collective_us);
+  EXPECT_DOUBLE_EQ(c->bytes, 37748736 + 245760);
+  // SGD without momentum keeps W and dW only: 2 * W.
+  auto sgd = mode_breakdown(op, Mode::kP1, Placement::S(0), Placement::R(), HandContext(4, 0));
+  EXPECT_DOUBLE_EQ(sgd->state_bytes, 2 * kW);
+}
+
+TEST(ModeCostTest, LinearP2GathersWAndReduceScattersDw) {
+  const WeightOp op = WeightOp::linear(64, 768, 3072);
+  auto b = mode_breakdown(op, Mode::kP2, Placement::S(0), Placement::R(), HandContext(4));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_DOUBLE_EQ(b->compute_us, 3 * MatmulUs(16.0 * 768 * 4, kW, 16.0 * 3072 * 4));  // W gathered whole
+  // all_gather W + reduce_scatter dW: each S = W, bus bytes (p-1)/p * W.
+  EXPECT_DOUBLE_EQ(b->sent_bytes, 2 * 0.75 * kW);
+  EXPECT_DOUBLE_EQ(b->collective_us, 2 * (10 + 0.001 * 0.75 * kW));
+  EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW / 4);  // W/4, dW/4, two moments of W/4
+  EXPECT_DOUBLE_EQ(b->buffer_bytes, 2 * kW);      // gathered W and the whole dW
+}
+
+TEST(ModeCostTest, LinearP3ConvertsXAndY) {
+  const WeightOp op = WeightOp::linear(64, 768, 3072);
+  // X held S(0) must become S(1): all_to_all, S = X/4 = 49152 B, bus bytes 0.75 * S,
+  // and its inverse in the backward. Y Partial -> R: all_reduce forward and backward.
+  auto b = mode_breakdown(op, Mode::kP3, Placement::S(0), Placement::R(), HandContext(4));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_DOUBLE_EQ(b->compute_us, 3 * MatmulUs(64.0 * 192 * 4, 192.0 * 3072 * 4, kY));
+  EXPECT_DOUBLE_EQ(b->conversion_us, 2 * (10 + 0.001 * 0.75 * kX / 4));
+  EXPECT_DOUBLE_EQ(b->collective_us, 2 * (10 + 0.001 * 1.5 * kY));
+  EXPECT_DOUBLE_EQ(b->sent_bytes, 2 * 0.75 * kX / 4 + 2 * 1.5 * kY);
+  EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW / 4);
+  EXPECT_DOUBLE_EQ(b->activation_bytes, 64.0 * 192 * 4 + kY);  // X [64,192], Y [64,3072] Partial
+  EXPECT_DOUBLE_EQ(b->buffer_bytes, kY);                        // the all-reduced Y
+  // The next op takes Y S(1): reduce_scatter forward, all_gather backward, buffer Y/4.
+  auto rs = mode_breakdown(op, Mode::kP3, Placement::S(1), Placement::S(1), HandContext(4));
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  EXPECT_DOUBLE_EQ(rs->conversion_us, 0);
+  EXPECT_DOUBLE_EQ(rs->collective_us, 2 * (10 + 0.001 * 0.75 * kY));
+  EXPECT_DOUBLE_EQ(rs->buffer_bytes, kY / 4);
+  // The next op takes it Partial: no collective.
+  auto pp = mode_breakdown(op, Mode::kP3, Placement::S(1), Placement::P(), HandContext(4));
+  EXPECT_DOUBLE_EQ(pp->collective_us, 0);
+}
+
+TEST(ModeCostTest, LinearP4AllReducesDx) {
+  const WeightOp op = WeightOp::linear(64, 768, 3072);
+  auto b = mode_breakdown(op, Mode::kP4, Placement::R(), Placement::R(), HandContext(4));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_DOUBLE_EQ(b->compute_us, 3 * MatmulUs(kX, 768.0 * 768 * 4, 64.0 * 768 * 4));
+  EXPECT_DOUBLE_EQ(b->collective_us, 10 + 0.001 * 1.5 * kX);  // all_reduce of dX
+  EXPECT_DOUBLE_EQ(b->conversion_us, 0);
+  EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW / 4);
+  EXPECT_DOUBLE_EQ(b->activation_bytes, kX + 64.0 * 768 * 4);  // X whole, Y [64,768]
+  // X held S(0): all_gather forward, reduce_scatter backward, which also sums dX.
+  auto g = mode_breakdown(op, Mode::kP4, Placement::S(0), Placement::R(), HandContext(4));
+  ASSERT_TRUE(g.ok());
+  EXPECT_DOUBLE_EQ(g->collective_us, 0);
+  EXPECT_DOUBLE_EQ(g->conversion_us, 2 * (10 + 0.001 * 0.75 * kX));
+  // A first layer (no dX): no all_reduce.
+  CostContext ctx = HandContext(4);
+  ctx.x_needs_grad = false;
+  auto f = mode_breakdown(op, Mode::kP4, Placement::R(), Placement::R(), ctx);
+  EXPECT_DOUBLE_EQ(f->collective_us, 0);
+  EXPECT_DOUBLE_EQ(f->compute_us, 2 * MatmulUs(kX, 768.0 * 768 * 4, 64.0 * 768 * 4));
+}
+
+TEST(ModeCostTest, Conv2dUsesSpatialWork) {
+  // x (8, 64, 32, 32), w (128, 64, 3, 3), y (8, 128, 32, 32) on 2 ranks; FLOPs only.
+  const WeightOp op = WeightOp::conv2d(8, 64, 32, 32, 128, 3, 3, 32, 32);
+  EXPECT_DOUBLE_EQ(op.flops(), 2.0 * 8 * 64 * 128 * 9 * 1024);
+  EXPECT_DOUBLE_EQ(op.w_bytes(), 128.0 * 64 * 9 * 4);
+  EXPECT_DOUBLE_EQ(op.x_bytes(), 8.0 * 64 * 1024 * 4);
+  EXPECT_DOUBLE_EQ(op.y_bytes(), 8.0 * 128 * 1024 * 4);
+  CostContext ctx = HandContext(2);
+  ctx.rates = {1e4, kInf, 0};
+  for (Mode m : {Mode::kP1, Mode::kP2, Mode::kP3, Mode::kP4}) {
+    auto b = mode_breakdown(op, m, x_placement_for(op, m), Placement::R(), ctx);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_DOUBLE_EQ(b->compute_us, 3 * op.flops() / 2 / 1e4) << mode_name(m);  // flops / p
+  }
+  auto p1 = mode_breakdown(op, Mode::kP1, Placement::S(0), Placement::R(), ctx);
+  EXPECT_DOUBLE_EQ(p1->collective_us, 10 + 0.001 * 1.0 * op.w_bytes());  // all_reduce dW, factor 1 at p=2
+}
+
+TEST(ModeCostTest, OneRankHasNoCollectivesAndErrors) {
+  const WeightOp op = WeightOp::linear(64, 768, 3072);
+  auto b = mode_breakdown(op, Mode::kP3, Placement::R(), Placement::R(), HandContext(1));
+  ASSERT_TRUE(b.ok());
+  EXPECT_DOUBLE_EQ(b->collective_us + b->conversion_us + b->sent_bytes, 0);
+  EXPECT_FALSE(mode_breakdown(op, Mode::kNone, Placement::R(), Placement::R(), HandContext(4)).ok());
+  EXPECT_FALSE(mode_breakdown(WeightOp::linear(0, 768, 3072), Mode::kP1, Placement::R(), Placement::R(),
+                              HandContext(4))
+                   .ok());
+  // A Partial X for P1: reduce_scatter to S(0) forward, all_gather backward.
+  auto px = mode_breakdown(op, Mode::kP1, Placement::P(), Placement::R(), HandContext(4));
+  ASSERT_TRUE(px.ok());
+  EXPECT_DOUBLE_EQ(px->conversion_us, 2 * (10 + 0.001 * 0.75 * kX));
+}
+
+// ---- choice ----
+
+std::vector<ModeOption> Options() {
+  return {{Mode::kP1, {100, 1000}}, {Mode::kP2, {150, 400}}, {Mode::kP3, {120, 500}}, {Mode::kP4, {90, 700}}};
+}
+
+TEST(ChooseModeTest, LambdaExtremes) {
+  const auto o = Options();
+  EXPECT_EQ(*choose_mode(o, 1e9, 0), Mode::kP4);  // fastest
+  EXPECT_EQ(*choose_mode(o, 1e9, 1), Mode::kP2);  // smallest
+  // 0.5 against P1's figures (1000 B, 100 us): P1 1, P2 0.95, P3 0.85, P4 0.8.
+  EXPECT_EQ(*choose_mode(o, 1e9, 0.5), Mode::kP4);
+}
+
+TEST(ChooseModeTest, BudgetFilters) {
+  const auto o = Options();
+  EXPECT_EQ(*choose_mode(o, 450, 0), Mode::kP2);  // only P2 fits
+  EXPECT_EQ(*choose_mode(o, 600, 0), Mode::kP3);  // P2, P3 fit; P3 is faster
+  EXPECT_EQ(*choose_mode(o, 700, 0), Mode::kP4);  // the budget is inclusive
+  // P1 does not fit: refs are the smallest figures, 400 B and 120 us: P2 0.5 + 0.625 =
+  // 1.125, P3 0.625 + 0.5 = 1.125; the tie goes to the smaller bytes.
+  EXPECT_EQ(*choose_mode(o, 600, 0.5), Mode::kP2);
+}
+
+TEST(ChooseModeTest, NoFitNamesTheSmallestRequirement) {
+  auto r = choose_mode(Options(), 100, 0.5, "linear fc1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.status().message(),
+            "op linear fc1: no mode fits the budget of 100 bytes (0.0 MiB) per rank; the smallest, p2, needs 400 "
+            "bytes (0.0 MiB)");
+  EXPECT_FALSE(choose_mode(Options(), 1e9, 1.5).ok());
+  EXPECT_FALSE(choose_mode({}, 1e9, 0.5).ok());
+}
+
+TEST(ChooseModeTest, FromTheModelUnderABudget) {
+  // The linear above under AdamW on 4 ranks: P1 keeps 4 W = 36 MiB; a 20 MB budget leaves
+  // the sharded modes, and lambda 1 takes the one holding least.
+  const WeightOp op = WeightOp::linear(64, 768, 3072);
+  std::vector<ModeOption> o;
+  for (Mode m : {Mode::kP1, Mode::kP2, Mode::kP3, Mode::kP4}) {
+    auto c = mode_cost(op, m, Placement::S(0), Placement::R(), HandContext(4));
+    ASSERT_TRUE(c.ok()) << c.status();
+    o.push_back({m, *c});
+  }
+  auto all = choose_mode(o, 1e12, 0);
+  auto small = choose_mode(o, 20e6, 1);
+  ASSERT_TRUE(all.ok() && small.ok());
+  EXPECT_NE(*small, Mode::kP1);
+  double least = kInf;
+  Mode least_mode = Mode::kNone;
+  for (const auto& x : o)
+    if (x.cost.bytes < least) least = x.cost.bytes, least_mode = x.mode;
+  EXPECT_EQ(*small, least_mode);
+}
+
+}  // namespace
+}  // namespace mtc::partition
