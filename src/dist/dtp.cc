@@ -404,35 +404,4 @@ Tensor zeros_like(const Tensor& t, bool persistent) {
   return wrap(z, t.desc(), placement(t), t.ref()->dist->group);
 }
 
-// ---- gradients ----
-
-absl::StatusOr<std::unique_ptr<GradReducer>> GradReducer::create(nn::Module& net, const Group& g, size_t bucket_bytes) {
-  auto r = std::unique_ptr<GradReducer>(new GradReducer());
-  TensorList replicated;
-  for (const Tensor& p : net.parameters()) {
-    if (!p.global() || placement(p).replicated()) replicated.push_back(p);
-  }
-  r->replicated_ = static_cast<int>(replicated.size());
-  if (!replicated.empty() && g->parts > 1) {
-    MTC_ASSIGN_OR_RETURN(r->dp_, dist::DataParallel::create(std::move(replicated), g->comm,
-                                                            {.bucket_bytes = bucket_bytes,
-                                                             .broadcast_parameters = false,
-                                                             .reduce = dist::Reduce::kSum}));
-  }
-  return r;
-}
-
-void GradReducer::finish() {
-  if (dp_) dp_->finish();
-}
-
-StateBytes state_bytes(nn::Module& net) {
-  StateBytes b;
-  for (const Tensor& p : net.parameters()) {
-    b.parameters += local(p).desc().bytes();
-    if (Tensor gr = p.grad(); gr.defined()) b.gradients += local(gr).desc().bytes();
-  }
-  return b;
-}
-
 }  // namespace mtc::dtp
