@@ -1,6 +1,7 @@
 // Argument checking for every backend: validate() (what one rank can see wrong in its own
-// call) and check_call() (the debug-mode comparison of every rank's call, see
-// communicator.h). Messages name the collective first and then the bad value, so that a
+// call), check_call() (the debug-mode comparison of every rank's call, see
+// communicator.h) and the agreement behind Communicator::split (every rank's color and
+// key, judged alike on every rank: plan_split, agree_split). Messages name the collective first and then the bad value, so that a
 // user can find the call that was wrong.
 #include <algorithm>
 #include <cstring>
@@ -220,6 +221,43 @@ absl::Status check_call(Exchange* ex, const Call& c, const absl::Status& local, 
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<SplitPlan> plan_split(std::span<const SplitRecord> all, int rank) {
+  const int world = static_cast<int>(all.size());
+  if (rank < 0 || rank >= world) {
+    return absl::InternalError(absl::StrCat("split: rank ", rank, " is outside the ", world, " records"));
+  }
+  for (int r = 0; r < world; ++r) {
+    if (all[r].color < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("split: rank ", r, " passed color=", all[r].color, ", expected a color >= 0"));
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    if (all[r].ok == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("split: setting up the new communicator failed on rank ", r, " (its own error says why)"));
+    }
+  }
+  SplitPlan plan;
+  for (int r = 0; r < world; ++r) {
+    if (all[r].color == all[rank].color) plan.members.push_back(r);
+  }
+  // By key, ties by the rank in the parent (MPI_Comm_split's order).
+  std::stable_sort(plan.members.begin(), plan.members.end(),
+                   [&](int a, int b) { return all[a].key < all[b].key; });
+  plan.world = static_cast<int>(plan.members.size());
+  plan.rank = static_cast<int>(std::find(plan.members.begin(), plan.members.end(), rank) - plan.members.begin());
+  return plan;
+}
+
+absl::StatusOr<SplitPlan> agree_split(Communicator& parent, int color, int key) {
+  const SplitRecord mine{color, key, 1};
+  std::vector<SplitRecord> all(static_cast<size_t>(parent.world_size()));
+  absl::Status s = parent.all_gather(&mine, all.data(), 3, DataType::kI32)->wait();
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("split: exchanging colors and keys: ", s.message()));
+  return plan_split(all, parent.rank());
 }
 
 void divide(void* buf, size_t count, DataType t, int divisor) {

@@ -90,6 +90,16 @@ class Communicator {
 
   // stream: NCCL's CUDA stream (a cudaStream_t), null for host backends.
   virtual void* stream() const { return nullptr; }
+
+  // split: a new communicator over the ranks of this one that pass the same color,
+  // ranked by key (ties by their rank here), as MPI_Comm_split. Collective: every rank
+  // of this communicator calls it, after the collectives it issued before (they run
+  // first). The ranks first exchange their (color, key), so a bad color on any rank
+  // fails the call on every rank with InvalidArgument naming that rank ("split: rank 2
+  // passed color=-1, expected a color >= 0"). The new communicator has this one's
+  // backend, device and argument check; its queue is its own (mpi: MPI_Comm_split;
+  // nccl: ncclCommSplit and a stream of its own; local: another world of one).
+  virtual absl::StatusOr<std::shared_ptr<Communicator>> split(int color, int key) = 0;
 };
 
 // create: a communicator over every rank of the job. Fails with a Status naming what is

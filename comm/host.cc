@@ -100,6 +100,16 @@ std::shared_ptr<Work> HostQueue::issue(Call c) {
   return work;
 }
 
+absl::Status HostQueue::run(std::function<absl::Status()> task) {
+  auto work = std::make_shared<HostWork>();
+  thread_.post([work, task = std::move(task)] {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = task();
+    work->finish(std::move(s), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
+  return work->wait();
+}
+
 namespace {
 // plain_call: a collective's Call with one count for every rank.
 Call plain_call(Kind k, const void* send, void* recv, size_t count, DataType t, ReduceOp op = ReduceOp::kSum) {

@@ -79,6 +79,9 @@ class Exchange {
   virtual ~Exchange() = default;
   // all_gather: `bytes` from each rank into all (world * bytes, rank r's at r * bytes).
   virtual absl::Status all_gather(const void* mine, void* all, size_t bytes) = 0;
+  // split: the Exchange of a split communicator (the ranks of this one with the same
+  // color, ordered by key). Collective over this Exchange's ranks.
+  virtual absl::StatusOr<std::unique_ptr<Exchange>> split(int color, int key) = 0;
 };
 
 // check_call: the argument check of one call, made collectively. `local` is the call's
@@ -87,6 +90,28 @@ class Exchange {
 // rank q differs from send_counts[q] on rank r. `ex` may be null for a world of one.
 // On this rank a local failure is returned as it is (it is the most precise message).
 absl::Status check_call(Exchange* ex, const Call& c, const absl::Status& local, int rank, int world);
+
+// SplitPlan: what Communicator::split makes of every rank's (color, key): this rank's
+// rank in its new communicator, that communicator's size, and its members (their ranks in
+// the parent, in new rank order).
+struct SplitPlan {
+  int rank = 0;
+  int world = 1;
+  std::vector<int> members;
+};
+// SplitRecord: one rank's part of a split, as exchanged (ok: its own set-up for the new
+// communicator succeeded; the host backends have none and pass 1).
+struct SplitRecord {
+  int32_t color = 0, key = 0, ok = 1;
+};
+static_assert(sizeof(SplitRecord) == 3 * sizeof(int32_t), "exchanged as three i32");
+// plan_split: every rank's record (one per parent rank) -> this rank's plan. Every rank
+// judges the same records, so every rank fails alike: InvalidArgument naming the first
+// rank with a negative color, FailedPrecondition naming the first whose set-up failed.
+absl::StatusOr<SplitPlan> plan_split(std::span<const SplitRecord> all, int rank);
+// agree_split: the records all-gathered over `parent` (host buffers: the local and MPI
+// backends), then plan_split.
+absl::StatusOr<SplitPlan> agree_split(Communicator& parent, int color, int key);
 
 // check_enabled: CommOptions::check_arguments or MTC_COMM_CHECK=1 in the environment.
 bool check_enabled(const CommOptions& opts);
@@ -143,6 +168,10 @@ class HostQueue {
             bool check_on, Runner run);
   ~HostQueue();
   std::shared_ptr<Work> issue(Call c);
+  // run: runs `task` on the comm thread after everything queued before it and waits for
+  // it (a split of the backend's MPI communicator, in order with its collectives).
+  absl::Status run(std::function<absl::Status()> task);
+  bool check_on() const { return check_on_; }
 
  private:
   int rank_, world_;

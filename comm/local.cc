@@ -1,6 +1,7 @@
 // The local backend: a world of one. Every collective is a copy (or nothing), but it runs
 // on a comm thread like the MPI backend's, so a Work behaves the same under both and code
-// tested on one rank meets the same asynchrony as on many.
+// tested on one rank meets the same asynchrony as on many. split() gives another world
+// of one.
 #include <cstring>
 
 #include "comm/internal.h"
@@ -38,6 +39,13 @@ class LocalCommunicator final : public CallCommunicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   Backend backend() const override { return reported_; }
+  // split: a world of one splits into itself: another world of one, with its own queue,
+  // once the color is checked (after the collectives queued before).
+  absl::StatusOr<std::shared_ptr<Communicator>> split(int color, int key) override {
+    absl::StatusOr<SplitPlan> plan = agree_split(*this, color, key);
+    if (!plan.ok()) return plan.status();
+    return std::shared_ptr<Communicator>(std::make_shared<LocalCommunicator>(reported_, queue_.check_on()));
+  }
 
  protected:
   std::shared_ptr<Work> issue(Call c) override { return queue_.issue(std::move(c)); }

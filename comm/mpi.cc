@@ -1,7 +1,8 @@
 // The MPI backend (host memory) and the MPI services the rest of comm/ uses: start-up,
 // finalize, abort, and small set-up collectives (the NCCL unique id, the argument check).
 //
-// Each MpiCommunicator owns an MPI_Comm_dup of MPI_COMM_WORLD and a comm thread that runs
+// Each MpiCommunicator owns an MPI_Comm_dup of MPI_COMM_WORLD (or, made by split(), an
+// MPI_Comm_split of its parent's) and a comm thread that runs
 // its collectives in issue order with blocking MPI calls, so that a caller overlaps them
 // with its own work. Communicators of comm/ set MPI_ERRORS_RETURN and turn error codes
 // into Status; MPI_COMM_WORLD's handler is left to the program.
@@ -91,12 +92,9 @@ absl::Status thread_level_ok(const char* who) {
                    "the MPI calls: use an MPI built with thread support"));
 }
 
-// dup_world: a duplicate of MPI_COMM_WORLD (or of `parent`) whose errors come back as
-// codes. Collective over the parent's ranks.
-absl::StatusOr<MPI_Comm> dup(MPI_Comm parent, const char* what) {
-  MpiLock lock;
-  MPI_Comm comm = MPI_COMM_NULL;
-  if (absl::Status s = mpi_status(MPI_Comm_dup(parent, &comm), what, "MPI_Comm_dup"); !s.ok()) return s;
+// errors_return: `comm`, just made, with MPI_ERRORS_RETURN set (freed when that fails).
+// The caller holds the MPI lock.
+absl::StatusOr<MPI_Comm> errors_return(MPI_Comm comm, const char* what) {
   if (absl::Status s =
           mpi_status(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), what, "MPI_Comm_set_errhandler");
       !s.ok()) {
@@ -106,10 +104,29 @@ absl::StatusOr<MPI_Comm> dup(MPI_Comm parent, const char* what) {
   return comm;
 }
 
+// dup_world: a duplicate of MPI_COMM_WORLD (or of `parent`) whose errors come back as
+// codes. Collective over the parent's ranks.
+absl::StatusOr<MPI_Comm> dup(MPI_Comm parent, const char* what) {
+  MpiLock lock;
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (absl::Status s = mpi_status(MPI_Comm_dup(parent, &comm), what, "MPI_Comm_dup"); !s.ok()) return s;
+  return errors_return(comm, what);
+}
+
 void free_comm(MPI_Comm* comm) {
   if (*comm == MPI_COMM_NULL || finalized()) return;  // after MPI_Finalize MPI has freed it
   MpiLock lock;
   MPI_Comm_free(comm);
+}
+
+// split_comm: MPI_Comm_split of `parent` (color >= 0, checked by the caller), with errors
+// coming back as codes. Collective over the parent's ranks.
+absl::StatusOr<MPI_Comm> split_comm(MPI_Comm parent, int color, int key, const char* what) {
+  MpiLock lock;
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (absl::Status s = mpi_status(MPI_Comm_split(parent, color, key, &comm), what, "MPI_Comm_split"); !s.ok())
+    return s;
+  return errors_return(comm, what);
 }
 
 // MpiExchange: the argument check's all-gather on a communicator of its own, so that its
@@ -124,6 +141,10 @@ class MpiExchange final : public Exchange {
     const int n = static_cast<int>(bytes);
     return mpi_status(MPI_Allgather(mine, n, MPI_BYTE, all, n, MPI_BYTE, comm_), "argument check",
                       "MPI_Allgather");
+  }
+  absl::StatusOr<std::unique_ptr<Exchange>> split(int color, int key) override {
+    MTC_ASSIGN_OR_RETURN(MPI_Comm sub, split_comm(comm_, color, key, "argument check"));
+    return std::unique_ptr<Exchange>(std::make_unique<MpiExchange>(sub));
   }
 
  private:
@@ -195,7 +216,7 @@ absl::Status run_mpi(MPI_Comm comm, int world, const Call& c) {
 class MpiCommunicator final : public CallCommunicator {
  public:
   MpiCommunicator(MPI_Comm comm, int rank, int world, std::unique_ptr<Exchange> check, bool check_on)
-      : comm_(comm), rank_(rank), world_(world) {
+      : comm_(comm), rank_(rank), world_(world), check_on_(check_on) {
     queue_ = std::make_unique<HostQueue>("mtc-comm-mpi", rank, world, Limits{INT_MAX, "MPI counts are int"},
                                          std::move(check), check_on,
                                          [this](const Call& c) { return run_mpi(comm_, world_, c); });
@@ -207,6 +228,7 @@ class MpiCommunicator final : public CallCommunicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   Backend backend() const override { return Backend::kMpi; }
+  absl::StatusOr<std::shared_ptr<Communicator>> split(int color, int key) override;
 
  protected:
   std::shared_ptr<Work> issue(Call c) override { return queue_->issue(std::move(c)); }
@@ -214,8 +236,46 @@ class MpiCommunicator final : public CallCommunicator {
  private:
   MPI_Comm comm_;
   int rank_, world_;
+  bool check_on_;
   std::unique_ptr<HostQueue> queue_;
 };
+
+// split: the colors and keys are all-gathered on this communicator's queue and judged
+// alike everywhere (a bad color fails every rank before MPI sees it); MPI_Comm_split then
+// runs on the comm thread too, after the collectives queued before it, since MPI wants
+// one order of collective calls on a communicator. The new communicator's argument check
+// (when on) gets a duplicate of it, as create() does.
+absl::StatusOr<std::shared_ptr<Communicator>> MpiCommunicator::split(int color, int key) {
+  MTC_ASSIGN_OR_RETURN(SplitPlan plan, agree_split(*this, color, key));
+  MPI_Comm sub = MPI_COMM_NULL;
+  std::unique_ptr<Exchange> check;
+  MTC_RETURN_IF_ERROR(queue_->run([&]() -> absl::Status {
+    MTC_ASSIGN_OR_RETURN(sub, split_comm(comm_, color, key, "split"));
+    if (check_on_ && plan.world > 1) {
+      absl::StatusOr<MPI_Comm> ex = dup(sub, "split: argument check");
+      if (!ex.ok()) {
+        free_comm(&sub);
+        return ex.status();
+      }
+      check = std::make_unique<MpiExchange>(*ex);
+    }
+    return absl::OkStatus();
+  }));
+  int rank = 0, world = 1;
+  {
+    MpiLock lock;
+    MPI_Comm_rank(sub, &rank);
+    MPI_Comm_size(sub, &world);
+  }
+  if (rank != plan.rank || world != plan.world) {
+    check.reset();
+    free_comm(&sub);
+    return absl::InternalError(absl::StrCat("split: MPI_Comm_split made rank ", rank, " of ", world,
+                                            ", expected rank ", plan.rank, " of ", plan.world));
+  }
+  return std::shared_ptr<Communicator>(
+      std::make_shared<MpiCommunicator>(sub, rank, world, std::move(check), check_on_));
+}
 
 }  // namespace
 

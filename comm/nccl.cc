@@ -6,6 +6,8 @@
 // is the time between the two events. The ncclUniqueId is made on rank 0 and broadcast
 // with MPI (for a world of one it is made locally, without MPI). create() makes
 // device_ordinal the calling thread's current device; each call switches to it and back.
+// split() makes a communicator of a subset with ncclCommSplit (NCCL 2.18 or later), on
+// the same device with a stream of its own.
 //
 // kAvg: f32 uses ncclAvg. For i32 NCCL's average divides as unsigned (wrong for negative
 // sums), so i32 kAvg is ncclSum followed by a host round trip on the same stream: copy to
@@ -15,6 +17,7 @@
 #include <nccl.h>
 
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "comm/internal.h"
@@ -148,6 +151,7 @@ class NcclCommunicator final : public CallCommunicator {
   int world_size() const override { return st_->world; }
   Backend backend() const override { return Backend::kNccl; }
   void* stream() const override { return st_->stream; }
+  absl::StatusOr<std::shared_ptr<Communicator>> split(int color, int key) override;
 
  protected:
   std::shared_ptr<Work> issue(Call c) override;
@@ -328,6 +332,60 @@ absl::Status local_setup(NcclState& st, int device) {
                                   "cudaStreamCreateWithFlags"));
   MTC_RETURN_IF_ERROR(cuda_status(cudaMalloc(&st.scratch, sizeof(int32_t)), what, "cudaMalloc"));
   return cuda_status(cudaMemset(st.scratch, 0, sizeof(int32_t)), what, "cudaMemset");
+}
+
+// split: the new communicator's stream and scratch are set up first; then every rank's
+// (color, key, set-up ok) is all-gathered over this communicator (through a small device
+// buffer) and judged alike on every rank, so a bad color or a failed set-up fails the
+// call everywhere before any rank enters ncclCommSplit. The argument check's MPI
+// exchange, when on, is split the same way.
+absl::StatusOr<std::shared_ptr<Communicator>> NcclCommunicator::split(int color, int key) {
+  const char* what = "split";
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+  DeviceGuard guard(st_->device);
+  auto st = std::make_shared<NcclState>();
+  absl::Status local = local_setup(*st, st_->device);
+  const SplitRecord mine{color, key, local.ok() ? 1 : 0};
+  const size_t bytes = sizeof(SplitRecord) * (1 + static_cast<size_t>(st_->world));
+  void* dev = nullptr;
+  MTC_RETURN_IF_ERROR(cuda_status(cudaMalloc(&dev, bytes), what, "cudaMalloc"));
+  std::vector<SplitRecord> all(static_cast<size_t>(st_->world));
+  auto* dev_mine = static_cast<SplitRecord*>(dev);
+  absl::Status s = cuda_status(cudaMemcpy(dev_mine, &mine, sizeof mine, cudaMemcpyHostToDevice), what, "cudaMemcpy");
+  if (s.ok()) s = all_gather(dev_mine, dev_mine + 1, 3, DataType::kI32)->wait();
+  if (s.ok()) {
+    s = cuda_status(cudaMemcpy(all.data(), dev_mine + 1, sizeof(SplitRecord) * all.size(), cudaMemcpyDeviceToHost),
+                    what, "cudaMemcpy");
+  }
+  cudaFree(dev);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("split: exchanging colors and keys: ", s.message()));
+  if (!local.ok()) return local;
+  MTC_ASSIGN_OR_RETURN(SplitPlan plan, plan_split(all, rank_));
+  st->world = plan.world;
+
+  std::lock_guard<std::mutex> lock(issue_mu_);  // the check's exchange is used under it
+  std::unique_ptr<Exchange> check;
+  if (check_ != nullptr) {
+    MTC_ASSIGN_OR_RETURN(check, check_->split(color, key));
+  }
+  MTC_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(st_->stream), what, "cudaStreamSynchronize"));
+  MTC_RETURN_IF_ERROR(
+      nccl_status(ncclCommSplit(st_->comm, color, key, &st->comm, nullptr), st_->comm, what, "ncclCommSplit"));
+  int rank = 0, world = 0;
+  MTC_RETURN_IF_ERROR(nccl_status(ncclCommUserRank(st->comm, &rank), st->comm, what, "ncclCommUserRank"));
+  MTC_RETURN_IF_ERROR(nccl_status(ncclCommCount(st->comm, &world), st->comm, what, "ncclCommCount"));
+  if (rank != plan.rank || world != plan.world) {
+    return absl::InternalError(absl::StrCat("split: ncclCommSplit made rank ", rank, " of ", world,
+                                            ", expected rank ", plan.rank, " of ", plan.world));
+  }
+  return std::shared_ptr<Communicator>(
+      std::make_shared<NcclCommunicator>(std::move(st), rank, std::move(check), check_on_));
+#else
+  (void)color;
+  (void)key;
+  return absl::UnimplementedError(absl::StrCat(what, ": backend nccl needs NCCL 2.18 or later (ncclCommSplit); ",
+                                               "this build has NCCL ", NCCL_MAJOR, ".", NCCL_MINOR));
+#endif
 }
 
 }  // namespace

@@ -143,6 +143,40 @@ TEST(CommLocal, MpiWithoutLauncherIsAWorldOfOne) {
 #endif
 }
 
+// split on a world of one: another world of one, of the same backend and check, whose
+// collectives are copies; a negative color is an error naming the rank and the value.
+TEST(CommLocal, SplitIsAnotherWorldOfOne) {
+  for (Backend b : {Backend::kLocal, Backend::kMpi}) {
+#ifndef MTC_COMM_HAVE_MPI
+    if (b == Backend::kMpi) continue;
+#endif
+    for (bool check : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(backend_name(b), " check=", check));
+      auto c = make(b, check);
+      ASSERT_NE(c, nullptr);
+      int32_t x = 5, y = 0;
+      auto pending = c->all_reduce(&x, &y, 1, DataType::kI32, ReduceOp::kSum);  // runs before the split
+      auto sub = c->split(3, -2);
+      ASSERT_TRUE(sub.ok()) << sub.status();
+      EXPECT_TRUE(pending->done());
+      EXPECT_EQ(y, 5);
+      EXPECT_EQ((*sub)->rank(), 0);
+      EXPECT_EQ((*sub)->world_size(), 1);
+      EXPECT_EQ((*sub)->backend(), b);
+      const std::vector<int32_t> in = iota(7, 10);
+      std::vector<int32_t> out(7);
+      EXPECT_TRUE((*sub)->all_gather(in.data(), out.data(), 7, DataType::kI32)->wait().ok());
+      EXPECT_EQ(out, in);
+      auto twice = (*sub)->split(0, 0);  // a split of a split
+      ASSERT_TRUE(twice.ok()) << twice.status();
+      EXPECT_EQ((*twice)->world_size(), 1);
+      auto bad = c->split(-1, 0);
+      EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(bad.status().message(), "split: rank 0 passed color=-1, expected a color >= 0");
+    }
+  }
+}
+
 TEST(CommLocal, UnknownBackend) {
   auto c = create(CommOptions{.backend = static_cast<Backend>(7)});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);

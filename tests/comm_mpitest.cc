@@ -11,6 +11,7 @@
 // exit status is the worst over the ranks.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -448,6 +449,66 @@ TEST(CommMpi, BadArguments) {
   // Zero elements with null buffers are fine.
   EXPECT_TRUE(g_comm->all_reduce(nullptr, nullptr, 0, DataType::kF32, ReduceOp::kSum)->wait().ok());
   EXPECT_TRUE(g_comm->all_to_all_v(nullptr, counts, nullptr, counts, DataType::kF32)->wait().ok());
+}
+
+// split: the ranks of each color, ordered by key (ties by rank), with collectives of their
+// own; done on both communicators (with and without the check), with a collective queued
+// before it, and again on the result.
+TEST(CommMpi, Split) {
+  for (const auto& parent : {g_comm, g_checked}) {
+    // Two colors by parity; the keys -(r / 2), distinct within a color, reverse its order.
+    int32_t x = R + 1, total = 0;
+    auto pending = parent->all_reduce(&x, &total, 1, DataType::kI32, ReduceOp::kSum);
+    const int color = R % 2, key = -(R / 2);
+    auto sub = parent->split(color, key);
+    ASSERT_TRUE(sub.ok()) << sub.status();
+    EXPECT_TRUE(pending->wait().ok());
+    EXPECT_EQ(total, W * (W + 1) / 2);
+    std::vector<int> members;  // this color's ranks in the new order: descending
+    for (int r = W - 1; r >= 0; --r) {
+      if (r % 2 == color) members.push_back(r);
+    }
+    const int want_rank = static_cast<int>(std::find(members.begin(), members.end(), R) - members.begin());
+    EXPECT_EQ((*sub)->backend(), Backend::kMpi);
+    EXPECT_EQ((*sub)->world_size(), static_cast<int>(members.size()));
+    EXPECT_EQ((*sub)->rank(), want_rank);
+    // all_gather of the parent ranks gives the members in the new order.
+    std::vector<int32_t> got(members.size(), -1);
+    const int32_t me = R;
+    EXPECT_TRUE((*sub)->all_gather(&me, got.data(), 1, DataType::kI32)->wait().ok());
+    EXPECT_EQ(std::vector<int32_t>(members.begin(), members.end()), got);
+    // A sum over the color only.
+    int32_t s = 0;
+    EXPECT_TRUE((*sub)->all_reduce(&me, &s, 1, DataType::kI32, ReduceOp::kSum)->wait().ok());
+    EXPECT_EQ(s, std::accumulate(members.begin(), members.end(), 0));
+    // Split again: everyone alone.
+    auto alone = (*sub)->split((*sub)->rank(), 0);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ((*alone)->world_size(), 1);
+    EXPECT_EQ((*alone)->rank(), 0);
+    int32_t a = 0;
+    EXPECT_TRUE((*alone)->all_reduce(&me, &a, 1, DataType::kI32, ReduceOp::kSum)->wait().ok());
+    EXPECT_EQ(a, R);
+  }
+}
+
+// Equal keys keep the parent's order; one color takes everyone.
+TEST(CommMpi, SplitTiesKeepTheParentsOrder) {
+  auto sub = g_comm->split(7, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  EXPECT_EQ((*sub)->world_size(), W);
+  EXPECT_EQ((*sub)->rank(), R);
+}
+
+// A negative color on one rank fails the split on every rank, naming that rank; the
+// parent still works afterwards.
+TEST(CommMpi, SplitBadColorFailsEveryRank) {
+  auto bad = g_comm->split(R == W - 1 ? -3 : 0, R);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), absl::StrCat("split: rank ", W - 1, " passed color=-3, expected a color >= 0"));
+  int32_t one = 1, n = 0;
+  EXPECT_TRUE(g_comm->all_reduce(&one, &n, 1, DataType::kI32, ReduceOp::kSum)->wait().ok());
+  EXPECT_EQ(n, W);
 }
 
 TEST(CommMpi, CreateErrors) {

@@ -131,6 +131,30 @@ TEST(CommNccl, CheckRejectsHostBuffers) {
   EXPECT_NE(s.message().find("all_reduce: send is"), std::string::npos) << s;
 }
 
+// split on one rank: ncclCommSplit gives a world of one on the same GPU with a stream of
+// its own, whose collectives work; a negative color fails before NCCL sees it.
+TEST(CommNccl, SplitOnOneRank) {
+  if (gpus() == 0) GTEST_SKIP() << "no GPU on this machine (cudaGetDeviceCount found none)";
+  for (bool check : {false, true}) {
+    SCOPED_TRACE(absl::StrCat("check=", check));
+    auto made = create(CommOptions{.backend = Backend::kNccl, .device_ordinal = 0, .check_arguments = check});
+    ASSERT_TRUE(made.ok()) << made.status();
+    auto sub = (*made)->split(1, 0);
+    ASSERT_TRUE(sub.ok()) << sub.status();
+    EXPECT_EQ((*sub)->rank(), 0);
+    EXPECT_EQ((*sub)->world_size(), 1);
+    EXPECT_EQ((*sub)->backend(), Backend::kNccl);
+    EXPECT_NE((*sub)->stream(), (*made)->stream());
+    const std::vector<float> in = {1.5f, -2.f, 3.f};
+    DeviceVec<float> send(in), recv(3, 0.f);
+    EXPECT_TRUE((*sub)->all_reduce(send.get(), recv.get(), 3, DataType::kF32, ReduceOp::kSum)->wait().ok());
+    EXPECT_EQ(recv.host(), in);
+    auto bad = (*made)->split(-4, 0);
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(bad.status().message(), "split: rank 0 passed color=-4, expected a color >= 0");
+  }
+}
+
 TEST(CommNccl, NoGpuIsAClearError) {
   if (gpus() > 0) GTEST_SKIP() << "this machine has a GPU";
   auto made = create(CommOptions{.backend = Backend::kNccl});
