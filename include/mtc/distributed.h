@@ -76,6 +76,9 @@ struct DataParallelOptions {
   // reduce: kAvg averages the gradients (each rank's loss is the mean over its share of
   // the batch); kSum adds them (DTP: the loss is a sum over the ranks already).
   Reduce reduce = Reduce::kAvg;
+  // scale: multiplies the reduced gradients as they are unpacked (DTP's mesh: 1/G after
+  // a sum over the G groups' ranks). 1 leaves them as reduced; must be finite.
+  float scale = 1.f;
 };
 
 // DataParallelFigures: totals since creation.

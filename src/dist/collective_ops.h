@@ -120,6 +120,7 @@ struct BucketState {
   std::shared_ptr<DataParallelFigures> figures;
   std::vector<size_t> offsets;  // each gradient's element offset in the flat buffer
   comm::ReduceOp reduce = comm::ReduceOp::kAvg;  // DataParallelOptions::reduce
+  float scale = 1.f;                              // DataParallelOptions::scale, at unpacking
 };
 
 // BucketReduceOp: inputs flat, g1..gk. Packs the gradients into flat and starts its
@@ -135,7 +136,7 @@ struct BucketReduceOp final : CollectiveOp {
 };
 
 // BucketWaitOp: inputs flat, g1..gk. Waits for the bucket's all-reduce and unpacks the
-// averaged gradients from flat into g1..gk (in place).
+// averaged gradients from flat into g1..gk (in place), times BucketState::scale.
 struct BucketWaitOp final : CollectiveOp {
   MTC_OP_SCHEMA("bucket_wait")
   BucketWaitOp(CommPtr c, std::shared_ptr<BucketState> s) : CollectiveOp(std::move(c)), state(std::move(s)) {}

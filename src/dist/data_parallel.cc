@@ -1,6 +1,7 @@
 // DataParallel (include/mtc/distributed.h): buckets of parameter gradients, all-reduced
 // (averaged) over the ranks as the backward completes them. See Note [Bucket overlap].
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "dist/collective_ops.h"
@@ -51,6 +52,9 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::create(TensorList pa
                                                                    const DataParallelOptions& o) {
   if (c == nullptr) return absl::InvalidArgumentError("data parallel: no communicator");
   if (o.bucket_bytes == 0) return absl::InvalidArgumentError("data parallel: bucket_bytes 0, expected > 0");
+  if (!std::isfinite(o.scale)) {
+    return absl::InvalidArgumentError(absl::StrCat("data parallel: scale ", o.scale, ", expected a finite number"));
+  }
   std::unique_ptr<DataParallel> dp(new DataParallel(std::move(params), std::move(c), o));
   if (dp->params_.empty()) return absl::InvalidArgumentError("data parallel: the module has no parameters");
   for (const Tensor& p : dp->params_) {
@@ -73,6 +77,7 @@ absl::Status DataParallel::init() {
     buckets_.back()->state = std::make_shared<BucketState>();
     buckets_.back()->state->figures = figures_;
     buckets_.back()->state->reduce = to_comm(opts_.reduce);
+    buckets_.back()->state->scale = opts_.scale;
   };
   start();
   for (size_t k = params_.size(); k-- > 0;) {

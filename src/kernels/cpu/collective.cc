@@ -113,8 +113,16 @@ absl::Status bucket_wait(const dist::BucketWaitOp& op, const KernelArgs& a) {
   ++f.reductions;
   t0 = std::chrono::steady_clock::now();
   const float* flat = a.in[0].f32();
+  const float scale = op.state->scale;
   for (size_t i = 1; i < a.in.size(); ++i) {
-    std::memcpy(a.in[i].data, flat + op.state->offsets[i - 1], a.in[i].bytes());
+    if (scale == 1.f) {
+      std::memcpy(a.in[i].data, flat + op.state->offsets[i - 1], a.in[i].bytes());
+    } else {
+      const float* from = flat + op.state->offsets[i - 1];
+      float* to = a.in[i].f32();
+      const int64_t n = a.in[i].numel();
+      for (int64_t j = 0; j < n; ++j) to[j] = from[j] * scale;
+    }
   }
   f.bucket_copy_sec += since(t0);
   return absl::OkStatus();

@@ -3,7 +3,8 @@
 // compute stream by events, both ways: NCCL's stream first waits for the kernels that
 // made the inputs, and the compute stream then waits for the collective before any later
 // kernel reads its outputs. Nothing waits on the host. bucket_reduce packs a bucket and
-// starts its all-reduce; bucket_wait makes the compute stream wait for it and unpacks,
+// starts its all-reduce; bucket_wait makes the compute stream wait for it and unpacks
+// (scaling the buffer first when the bucket has a scale),
 // so the exchange overlaps the kernels issued in between.
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 #include "device.h"
 #include "dist/collective_ops.h"
 #include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/ew_elementwise_launch.h"
 
 namespace mtc::cuda {
 namespace {
@@ -132,7 +134,11 @@ absl::Status bucket_wait(const dist::BucketWaitOp& op, const KernelArgs& a) {
     MTC_RETURN_IF_ERROR(work->wait());
     f.comm_sec += work->seconds();
   }
-  const float* flat = a.in[0].f32();
+  float* flat = a.in[0].f32();
+  if (op.state->scale != 1.f) {  // DataParallelOptions::scale, on the reduced buffer
+    launch_scale(flat, flat, op.state->scale, a.in[0].numel(), compute);
+    MTC_RETURN_IF_ERROR(last_launch("bucket_wait scale"));
+  }
   for (size_t i = 1; i < a.in.size(); ++i) {
     MTC_CUDA(cudaMemcpyAsync(a.in[i].data, flat + op.state->offsets[i - 1], a.in[i].bytes(), cudaMemcpyDeviceToDevice,
                              compute));
