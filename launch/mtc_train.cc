@@ -14,6 +14,9 @@
 #include <cstdarg>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +37,7 @@
 #include "mtc/models.h"
 #include "mtc/optim.h"
 #include "mtc/runtime.h"
+#include "mtc/status.h"
 #include "world.h"
 
 // FlagText: a flag's value exactly as typed; main parses and checks it, so that a value
@@ -105,7 +109,15 @@ ABSL_FLAG(std::string, bucket_size, "2MiB", "data parallel: gradient bytes per a
 ABSL_FLAG(bool, comm_check, false, "check that every rank passes matching arguments to each collective (debug)");
 ABSL_FLAG(std::string, dtp, "off",
           "dynamic tensor partition over the ranks: off (data parallel) | p1 | p2 | p3 | p4, one mode for every op "
-          "that has it (docs/dtp.md)");
+          "that has it | auto, each op's mode chosen by the cost model as it is issued (docs/dtp.md)");
+ABSL_FLAG(FlagText, dtp_lambda, {"0.1"},
+          "--dtp=auto: weight of memory against time in [0, 1] (0: fastest mode that fits, 1: smallest)");
+ABSL_FLAG(bool, dtp_report, false,
+          "DTP: print each new decision (every signature's predicted time and memory) and, in the summary, each "
+          "decision's predicted and measured forward time");
+ABSL_FLAG(std::string, dtp_comm, "",
+          "DTP: mtc-bench-comm's alpha-beta JSON for the collectives' cost (default: the backend's figures, "
+          "docs/dtp.md)");
 ABSL_FLAG(bool, allow_nonfinite, false,
           "keep training when the loss becomes NaN or infinite (default: stop with an error, exit status 1)");
 ABSL_FLAG(FlagText, fail_rank, {"-1"}, "testing: this rank fails at --fail_iteration (-1: none)");
@@ -194,7 +206,10 @@ struct Flags {
   // Ranks.
   std::string comm_backend;
   bool sync_bn, comm_check, allow_nonfinite;
-  dtp::Mode dtp = dtp::Mode::kNone;  // --dtp
+  dtp::Mode dtp = dtp::Mode::kNone;  // --dtp (kNone with dtp_auto: auto)
+  bool dtp_auto = false, dtp_report = false;
+  double dtp_lambda = 0.1;
+  std::string dtp_comm, dtp_comm_text;
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
   std::string fail_mode;
@@ -345,12 +360,36 @@ Flags read_flags() {
   }
   f.sync_bn = absl::GetFlag(FLAGS_sync_bn);
   f.comm_check = absl::GetFlag(FLAGS_comm_check);
-  if (absl::StatusOr<dtp::Mode> m = dtp::parse_mode(absl::GetFlag(FLAGS_dtp)); m.ok()) {
+  if (absl::GetFlag(FLAGS_dtp) == "auto") {
+    f.dtp_auto = true;
+  } else if (absl::StatusOr<dtp::Mode> m = dtp::parse_mode(absl::GetFlag(FLAGS_dtp)); m.ok()) {
     f.dtp = *m;
   } else {
-    fail(kBadValue, absl::StrCat("--dtp ", m.status().message()));
+    fail(kBadValue, absl::StrCat("--dtp ", m.status().message(), ", or auto"));
   }
-  if (f.dtp != dtp::Mode::kNone && f.sync_bn) {
+  const bool any_dtp = f.dtp != dtp::Mode::kNone || f.dtp_auto;
+  f.dtp_lambda = value_or_exit(real_flag("dtp_lambda", absl::GetFlag(FLAGS_dtp_lambda)));
+  if (!(f.dtp_lambda >= 0 && f.dtp_lambda <= 1)) {
+    fail(kBadValue, absl::StrCat("--dtp_lambda ", f.dtp_lambda, ": expected a number in [0, 1]"));
+  }
+  if (!f.dtp_comm.empty()) {  // read and checked before anything starts
+    std::ifstream in(f.dtp_comm);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) fail(kBadValue, absl::StrCat("--dtp_comm ", f.dtp_comm, ": cannot read the file"));
+    f.dtp_comm_text = text.str();
+    if (auto m = partition::CollectiveModel::from_bench_json(f.dtp_comm_text, partition::CollectiveModel{}); !m.ok()) {
+      fail(kBadValue, absl::StrCat("--dtp_comm ", f.dtp_comm, ": ", m.status().message()));
+    }
+  }
+  if (cli::given("dtp_lambda") && !f.dtp_auto) fail(kBadValue, "--dtp_lambda without --dtp=auto: expected --dtp=auto");
+  f.dtp_report = absl::GetFlag(FLAGS_dtp_report);
+  f.dtp_comm = absl::GetFlag(FLAGS_dtp_comm);
+  if ((f.dtp_report || !f.dtp_comm.empty()) && !any_dtp) {
+    fail(kBadValue, absl::StrCat(f.dtp_report ? "--dtp_report" : "--dtp_comm",
+                                 " without --dtp: expected --dtp=auto or p1..p4"));
+  }
+  if (any_dtp && f.sync_bn) {
     fail(kBadValue, "--sync_bn with --dtp: under DTP batch norm over a split batch is synchronised already; "
                     "expected one of the two");
   }
@@ -531,19 +570,55 @@ int run(const Flags& f, Input input) {
   std::unique_ptr<dist::DataParallel> dp;
   dtp::Group group;  // DTP's partition group: every rank
   std::unique_ptr<dtp::GradReducer> reducer;
-  if (f.dtp != dtp::Mode::kNone) {
+  if (f.dtp != dtp::Mode::kNone || f.dtp_auto) {
     group = dtp::make_group(comm, f.comm_check);
-    dtp::set_forced_mode(f.dtp);
-    const dtp::ShardFigures sf = value_or_exit(dtp::shard(*model.net, f.dtp, group), "--dtp: ");
-    if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
-      fail(kFailure, absl::StrCat("placing the parameters for --dtp: ", s.message()));
+    // The planner's settings: the rank's memory (the DTE budget, else the compute region,
+    // with the comm region the gradients go to), the optimizer's state per parameter, and
+    // the collectives' model (the backend's defaults, or mtc-bench-comm's fit).
+    dtp::AutoOptions ao;
+    ao.choose = f.dtp_auto;
+    ao.lambda = f.dtp_lambda;
+    ao.report = f.dtp_report;
+    ao.budget_bytes = static_cast<double>(
+        (rt.budget_bytes() > 0 ? rt.budget_bytes() : rt.device().compute_region().capacity()) +
+        rt.device().comm_region().capacity());
+    ao.optimizer_states = f.optimizer == "adamw" ? 2 : f.momentum > 0 ? 1 : 0;
+    ao.step_family = f.optimizer == "adamw" ? "adamw_step" : "sgd_step";
+    ao.comm = comm != nullptr && comm->backend() == comm::Backend::kNccl ? partition::CollectiveModel::nccl_default()
+                                                                         : partition::CollectiveModel::mpi_cpu_default();
+    if (!f.dtp_comm_text.empty()) {
+      ao.comm = value_or_exit(partition::CollectiveModel::from_bench_json(f.dtp_comm_text, ao.comm), "--dtp_comm: ");
     }
-    reducer = value_or_exit(dtp::GradReducer::create(*model.net, group, f.bucket_bytes));
-    out("dtp: mode %s over %d ranks: %d modules placed, %d kept p1; parameters %s of %s on each rank, %d of them "
-        "replicated (gradients summed over the ranks)\n",
-        partition::mode_name(f.dtp), dtp::group_size(group), sf.modules, sf.kept_replicated,
-        mib(sf.local_parameter_bytes).c_str(), mib(sf.global_parameter_bytes).c_str(), reducer->replicated_parameters());
-    for (const std::string& n : sf.notes) out("dtp: note: %s\n", n.c_str());
+    if (f.dtp_auto) {
+      if (absl::Status s = dtp::enable_auto(*model.net, group, ao); !s.ok()) {
+        fail(kFailure, absl::StrCat("--dtp=auto: ", s.message()));
+      }
+      if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
+        fail(kFailure, absl::StrCat("placing the parameters for --dtp=auto: ", s.message()));
+      }
+      out("dtp: auto over %d ranks: lambda %g, %s per rank for the training state and each op; parameters "
+          "settle where their op's first decision places them\n",
+          dtp::group_size(group), f.dtp_lambda, mib(static_cast<size_t>(ao.budget_bytes)).c_str());
+    } else {
+      dtp::set_forced_mode(f.dtp);
+      const dtp::ShardFigures sf = value_or_exit(dtp::shard(*model.net, f.dtp, group), "--dtp: ");
+      if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
+        fail(kFailure, absl::StrCat("placing the parameters for --dtp: ", s.message()));
+      }
+      reducer = value_or_exit(dtp::GradReducer::create(*model.net, group, f.bucket_bytes));
+      out("dtp: mode %s over %d ranks: %d modules placed, %d kept p1; parameters %s of %s on each rank, %d of them "
+          "replicated (gradients summed over the ranks)\n",
+          partition::mode_name(f.dtp), dtp::group_size(group), sf.modules, sf.kept_replicated,
+          mib(sf.local_parameter_bytes).c_str(), mib(sf.global_parameter_bytes).c_str(),
+          reducer->replicated_parameters());
+      for (const std::string& n : sf.notes) out("dtp: note: %s\n", n.c_str());
+      // The report and the rate fit, for a forced mode.
+      if (f.dtp_report) {
+        if (absl::Status s = dtp::enable_auto(*model.net, group, ao); !s.ok()) {
+          fail(kFailure, absl::StrCat("--dtp_report: ", s.message()));
+        }
+      }
+    }
   } else if (g_world.size > 1) {
     dp = value_or_exit(dist::DataParallel::create(*model.net, comm, {.bucket_bytes = f.bucket_bytes}));
     absl::StatusOr<dist::DataParallelFigures> fig = dp->figures();
@@ -625,7 +700,23 @@ int run(const Flags& f, Input input) {
   data::HostBatch host = rank_rows(data->next(f.batch));
   // The gradient all-reduce: data parallel's, or under DTP the one of the replicated
   // parameters.
-  dist::DataParallel* const dpp = dp ? dp.get() : reducer ? reducer->data_parallel() : nullptr;
+  auto dpp = [&]() -> dist::DataParallel* { return dp ? dp.get() : reducer ? reducer->data_parallel() : nullptr; };
+  // --dtp=auto: the forward settles where each parameter lives (and, after the rate fit, a
+  // decision may move one), so the reducer over the Replicated ones is made once the
+  // forward is issued, again whenever a placement changed.
+  uint64_t placements_seen = ~uint64_t{0};
+  std::function<absl::StatusOr<dist::DataParallel*>()> after_forward;
+  if (f.dtp_auto) {
+    after_forward = [&]() -> absl::StatusOr<dist::DataParallel*> {
+      const dtp::AutoFigures a = dtp::auto_figures(group);
+      if (reducer == nullptr || a.settled + a.moves != placements_seen) {
+        reducer.reset();  // its hooks go before the new one sets its own
+        MTC_ASSIGN_OR_RETURN(reducer, dtp::GradReducer::create(*model.net, group, f.bucket_bytes));
+        placements_seen = a.settled + a.moves;
+      }
+      return reducer->data_parallel();
+    };
+  }
   // device_batch: the rank's rows on the device; under DTP the global batch Split(0).
   auto device_batch = [&](const data::HostBatch& h) {
     data::Batch b = data::to_device(h);
@@ -638,8 +729,8 @@ int run(const Flags& f, Input input) {
   };
   dist::DataParallelFigures dp_start, dp_end;
   auto dp_figures = [&](int it) {
-    if (dpp == nullptr) return dist::DataParallelFigures{};
-    absl::StatusOr<dist::DataParallelFigures> fig = dpp->figures();
+    if (dpp() == nullptr) return dist::DataParallelFigures{};
+    absl::StatusOr<dist::DataParallelFigures> fig = dpp()->figures();
     if (!fig.ok()) iteration_failed(it, fig.status());
     return *fig;
   };
@@ -651,13 +742,14 @@ int run(const Flags& f, Input input) {
     inject_failure(f, it);
     g_pending_trace.clear();  // training has started: a failure from here leaves FILE.partial
     rt.interpreter().mark("iteration", it);
-    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, device_batch(host), dpp);
+    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, device_batch(host), dpp(), after_forward);
     if (!loss.ok()) iteration_failed(it, loss.status());
     // The loss of the global batch: the mean of the ranks' means (equal shares); under
     // DTP the loss is a global tensor already.
     Tensor global_loss = dp != nullptr ? dist::all_reduce(loss->detach(), dist::Reduce::kAvg, comm) : *loss;
     absl::StatusOr<float> l = global_loss.item();  // synchronises: the iteration has run
     if (!l.ok()) iteration_failed(it, l.status());
+    if (absl::Status s = dtp::end_iteration(group); !s.ok()) iteration_failed(it, s);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss_value = *l;
     if (!std::isfinite(loss_value) && !f.allow_nonfinite) {
@@ -736,13 +828,27 @@ int run(const Flags& f, Input input) {
     const size_t optim_bytes = opt->state_bytes();
     out("state dtp=%s ranks=%d param_bytes=%zu grad_bytes=%zu optim_bytes=%zu state_bytes=%zu "
         "ops_p1=%llu ops_p2=%llu ops_p3=%llu ops_p4=%llu\n",
-        f.dtp == dtp::Mode::kNone ? "off" : partition::mode_name(f.dtp), g_world.size, sb.parameters, sb.gradients,
+        f.dtp_auto ? "auto" : f.dtp == dtp::Mode::kNone ? "off" : partition::mode_name(f.dtp), g_world.size, sb.parameters, sb.gradients,
         optim_bytes,
         sb.parameters + sb.gradients + optim_bytes,
         static_cast<unsigned long long>(dtp::mode_count(dtp::Mode::kP1)),
         static_cast<unsigned long long>(dtp::mode_count(dtp::Mode::kP2)),
         static_cast<unsigned long long>(dtp::mode_count(dtp::Mode::kP3)),
         static_cast<unsigned long long>(dtp::mode_count(dtp::Mode::kP4)));
+  }
+  if (f.dtp_auto || f.dtp_report) {
+    // The planner: its decisions, and the time they took against the whole run's.
+    const dtp::AutoFigures a = dtp::auto_figures(group);
+    double all_sec = 0;
+    for (double s : seconds) all_sec += s;
+    out("dtp planner: decisions=%llu cache_hits=%llu settled=%llu moved=%llu decide_sec=%.6f decide_share=%.5f "
+        "decide_us_per_call=%.3f rates=%s fitted_families=%d\n",
+        static_cast<unsigned long long>(a.decisions), static_cast<unsigned long long>(a.hits),
+        static_cast<unsigned long long>(a.settled), static_cast<unsigned long long>(a.moves), a.decide_us * 1e-6,
+        all_sec > 0 ? a.decide_us * 1e-6 / all_sec : 0.0,
+        a.decisions + a.hits > 0 ? a.decide_us / static_cast<double>(a.decisions + a.hits) : 0.0,
+        a.fitted ? "fitted" : "default", a.families);
+    if (f.dtp_report && g_world.rank == 0) std::fputs(dtp::auto_summary(group).c_str(), stdout);
   }
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankMemory& m = ranks[r];

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "mtc/status.h"
 
 namespace mtc::partition {
 namespace {
@@ -223,6 +224,51 @@ CollectiveModel CollectiveModel::nccl_default() {
   return m;
 }
 
+namespace {
+// number_after: the number following `"key":` at or after `from` in text (and its end).
+std::optional<double> number_after(absl::string_view text, absl::string_view key, size_t from, size_t* end) {
+  const std::string k = absl::StrCat("\"", key, "\"");
+  size_t i = text.find(k, from);
+  if (i == absl::string_view::npos) return std::nullopt;
+  i = text.find(':', i + k.size());
+  if (i == absl::string_view::npos) return std::nullopt;
+  const std::string rest(text.substr(i + 1, 64));
+  char* stop = nullptr;
+  const double v = std::strtod(rest.c_str(), &stop);
+  if (stop == rest.c_str()) return std::nullopt;
+  if (end) *end = i + 1 + static_cast<size_t>(stop - rest.c_str());
+  return v;
+}
+}  // namespace
+
+absl::StatusOr<CollectiveModel> CollectiveModel::from_bench_json(absl::string_view text, const CollectiveModel& base) {
+  std::optional<double> ws = number_after(text, "world_size", 0, nullptr);
+  if (!ws || *ws < 2) {
+    return absl::InvalidArgumentError("mtc-bench-comm JSON: expected \"world_size\": N with N >= 2");
+  }
+  CollectiveModel m = base;
+  int found = 0;
+  for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                       Collective::kAllToAll}) {
+    const size_t at = text.find(absl::StrCat("\"", collective_name(c), "\""));
+    if (at == absl::string_view::npos) continue;
+    size_t end = 0;
+    std::optional<double> a = number_after(text, "alpha_us", at, &end);
+    std::optional<double> b = number_after(text, "beta_us_per_byte", at, nullptr);
+    if (!a || !b) {
+      return absl::InvalidArgumentError(absl::StrCat("mtc-bench-comm JSON: ", collective_name(c),
+                                                     ": expected alpha_us and beta_us_per_byte numbers"));
+    }
+    MTC_RETURN_IF_ERROR(m.set_fit(c, *a, *b, static_cast<int>(*ws)));
+    ++found;
+  }
+  if (found == 0) {
+    return absl::InvalidArgumentError(
+        "mtc-bench-comm JSON: no collective found; expected all_reduce, all_gather, reduce_scatter or all_to_all");
+  }
+  return m;
+}
+
 // ---------------------------------------------------------------------------------------
 
 WeightOp WeightOp::linear(int64_t batch, int64_t in, int64_t out, int64_t elem_bytes) {
@@ -360,41 +406,165 @@ absl::StatusOr<ModeCost> mode_cost(const WeightOp& op, Mode m, Placement x_have,
 
 absl::StatusOr<Mode> choose_mode(std::span<const ModeOption> options, double budget_bytes, double lambda,
                                  absl::string_view op_name) {
+  std::vector<ModeCost> costs;
+  std::vector<std::string> names;
+  int reference = -1;
+  for (const ModeOption& o : options) {
+    if (o.mode == Mode::kP1 && reference < 0) reference = static_cast<int>(costs.size());
+    costs.push_back(o.cost);
+    names.push_back(mode_name(o.mode));
+  }
+  MTC_ASSIGN_OR_RETURN(size_t i, choose_index(costs, names, budget_bytes, lambda, op_name, reference));
+  return options[i].mode;
+}
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+absl::Status check_context(const OpContext& ctx) {
+  if (ctx.parts < 1) return absl::InvalidArgumentError(absl::StrCat("cost: ", ctx.parts, " ranks; needs >= 1"));
+  return absl::OkStatus();
+}
+
+// activation_conversion: an activation's conversion have -> want, forward (and backward).
+absl::Status activation_conversion(const InputTerm& in, const OpContext& ctx, double& fwd_us, double& bwd_us,
+                                   double& sent) {
+  const Conversion conv = plan_conversion(in.have, in.want);
+  if (conv.step == Step::kUnsupported) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cost: an input held as ", in.have.str(), " cannot be converted to ", in.want.str()));
+  }
+  if (auto c = collective_of(conv.step)) {
+    const double s = collective_size_bytes(*c, in.global_bytes, ctx.parts);
+    fwd_us += ctx.comm.time_us(*c, s, ctx.parts);
+    sent += s * busbw_factor(*c, ctx.parts);
+    if (ctx.training && in.needs_grad) {
+      const Collective b = backward_of(*c);
+      const double sb = collective_size_bytes(b, in.global_bytes, ctx.parts);
+      bwd_us += ctx.comm.time_us(b, sb, ctx.parts);
+      sent += sb * busbw_factor(b, ctx.parts);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModeBreakdown> signature_breakdown(const SignatureTerms& s, const OpContext& ctx) {
+  MTC_RETURN_IF_ERROR(check_context(ctx));
+  const int p = ctx.parts;
+  ModeBreakdown b;
+  const double op_us = ctx.rates.time_us(s.flops, s.bytes);
+  b.compute_us = op_us * (ctx.training ? (s.weighted ? 3 : 2) : 1);
+  auto call = [&](Collective c, double global_bytes, double& into_us) {
+    const double size = collective_size_bytes(c, global_bytes, p);
+    into_us += ctx.comm.time_us(c, size, p);
+    b.sent_bytes += size * busbw_factor(c, p);
+  };
+  for (const InputTerm& in : s.inputs) {
+    switch (in.holding) {
+      case Holding::kActivation: {
+        double bwd = 0;
+        MTC_RETURN_IF_ERROR(activation_conversion(in, ctx, b.conversion_us, bwd, b.sent_bytes));
+        b.conversion_us += bwd;
+        b.activation_bytes += in.local_bytes;
+        break;
+      }
+      case Holding::kParameter:
+        b.state_bytes += in.local_bytes * (2 + ctx.optimizer_states);
+        if (ctx.training) {
+          // The step reads the parameter, its gradient and its states and writes the
+          // parameter and its states: (2 + 2·states) parameter-sized tensors.
+          b.compute_us += ctx.step_rates.time_us(0, in.local_bytes * (2 + 2 * ctx.optimizer_states));
+        }
+        if (in.gather) {
+          call(Collective::kAllGather, in.global_bytes, b.collective_us);
+          b.buffer_bytes += in.global_bytes;
+          if (ctx.training && in.needs_grad) {
+            call(Collective::kReduceScatter, in.global_bytes, b.collective_us);
+            b.buffer_bytes += in.global_bytes;
+          }
+        } else if (in.want.replicated() && ctx.training && in.needs_grad) {
+          call(Collective::kAllReduce, in.global_bytes, b.collective_us);  // data parallel's
+        }
+        break;
+      case Holding::kBuffer: b.state_bytes += in.local_bytes; break;
+    }
+  }
+  for (const OutputTerm& o : s.outputs) {
+    b.activation_bytes += o.local_bytes;
+    if (o.place.partial()) {
+      call(Collective::kAllReduce, o.global_bytes, b.collective_us);
+      if (ctx.training) call(Collective::kAllReduce, o.global_bytes, b.collective_us);
+    }
+  }
+  return b;
+}
+
+absl::StatusOr<double> forward_us(const SignatureTerms& s, const OpContext& ctx) {
+  MTC_RETURN_IF_ERROR(check_context(ctx));
+  double us = ctx.rates.time_us(s.flops, s.bytes);
+  double unused_bwd = 0, unused_sent = 0;
+  OpContext fwd = ctx;
+  fwd.training = false;
+  for (const InputTerm& in : s.inputs) {
+    if (in.holding == Holding::kActivation) {
+      MTC_RETURN_IF_ERROR(activation_conversion(in, fwd, us, unused_bwd, unused_sent));
+    } else if (in.holding == Holding::kParameter && in.gather) {
+      us += ctx.comm.time_us(Collective::kAllGather, in.global_bytes, ctx.parts);
+    }
+  }
+  return us;
+}
+
+double move_us(const InputTerm& in, const OpContext& ctx) {
+  const Conversion conv = plan_conversion(in.have, in.want);
+  if (conv.step == Step::kUnsupported) return kInf;
+  auto c = collective_of(conv.step);
+  if (!c) return 0;  // a local slice, or nothing
+  const double tensors = in.holding == Holding::kParameter ? 1 + ctx.optimizer_states : 1;
+  return tensors * ctx.comm.time_us(*c, collective_size_bytes(*c, in.global_bytes, ctx.parts), ctx.parts);
+}
+
+absl::StatusOr<size_t> choose_index(std::span<const ModeCost> costs, std::span<const std::string> names,
+                                    double budget_bytes, double lambda, absl::string_view op_name, int reference) {
   if (!(lambda >= 0 && lambda <= 1)) {
     return absl::InvalidArgumentError(absl::StrFormat("op %s: lambda %g is outside [0, 1]", op_name, lambda));
   }
-  if (options.empty()) return absl::InvalidArgumentError(absl::StrCat("op ", op_name, ": no mode to choose from"));
-  std::vector<const ModeOption*> fit;
-  const ModeOption* smallest = nullptr;
-  for (const ModeOption& o : options) {
-    if (!smallest || o.cost.bytes < smallest->cost.bytes) smallest = &o;
-    if (o.cost.bytes <= budget_bytes && std::isfinite(o.cost.time_us) && std::isfinite(o.cost.bytes)) fit.push_back(&o);
+  if (costs.empty()) return absl::InvalidArgumentError(absl::StrCat("op ", op_name, ": no mode to choose from"));
+  std::vector<size_t> fit;
+  size_t smallest = 0;
+  for (size_t i = 0; i < costs.size(); ++i) {
+    if (costs[i].bytes < costs[smallest].bytes) smallest = i;
+    if (costs[i].bytes <= budget_bytes && std::isfinite(costs[i].time_us) && std::isfinite(costs[i].bytes)) {
+      fit.push_back(i);
+    }
   }
   if (fit.empty()) {
-    return absl::ResourceExhaustedError(absl::StrCat("op ", op_name, ": no mode fits the budget of ", mib(budget_bytes),
-                                                     " per rank; the smallest, ", mode_name(smallest->mode), ", needs ",
-                                                     mib(smallest->cost.bytes)));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "op ", op_name, ": no mode fits the budget of ", mib(budget_bytes), " per rank; the smallest, ",
+        smallest < names.size() ? names[smallest] : absl::StrCat("option ", smallest), ", needs ",
+        mib(costs[smallest].bytes)));
   }
   double m_ref = kInf, t_ref = kInf, m_max = 0, t_max = 0;
-  for (const ModeOption* o : fit) {
-    m_ref = std::min(m_ref, o->cost.bytes), t_ref = std::min(t_ref, o->cost.time_us);
-    m_max = std::max(m_max, o->cost.bytes), t_max = std::max(t_max, o->cost.time_us);
+  for (size_t i : fit) {
+    m_ref = std::min(m_ref, costs[i].bytes), t_ref = std::min(t_ref, costs[i].time_us);
+    m_max = std::max(m_max, costs[i].bytes), t_max = std::max(t_max, costs[i].time_us);
   }
-  for (const ModeOption* o : fit) {
-    if (o->mode == Mode::kP1) m_ref = o->cost.bytes, t_ref = o->cost.time_us;
+  if (reference >= 0 && std::find(fit.begin(), fit.end(), static_cast<size_t>(reference)) != fit.end()) {
+    m_ref = costs[reference].bytes, t_ref = costs[reference].time_us;
   }
   if (m_ref <= 0) m_ref = m_max;
   if (t_ref <= 0) t_ref = t_max;
   auto norm = [](double x, double ref) { return ref > 0 ? x / ref : 0.0; };
-  const ModeOption* best = nullptr;
+  size_t best = fit[0];
   double best_score = kInf;
-  for (const ModeOption* o : fit) {
-    const double score = lambda * norm(o->cost.bytes, m_ref) + (1 - lambda) * norm(o->cost.time_us, t_ref);
-    if (!best || score < best_score || (score == best_score && o->cost.bytes < best->cost.bytes)) {
-      best = o, best_score = score;
-    }
+  for (size_t i : fit) {
+    const double score = lambda * norm(costs[i].bytes, m_ref) + (1 - lambda) * norm(costs[i].time_us, t_ref);
+    if (score < best_score || (score == best_score && costs[i].bytes < costs[best].bytes)) best = i, best_score = score;
   }
-  return best->mode;
+  return best;
 }
 
 }  // namespace mtc::partition

@@ -119,6 +119,11 @@ struct CollectiveModel {
   // (NCCL's ring latency at 8 GPUs is of that order). Approximate figures, to be replaced
   // by mtc-bench-comm's fit on the machine at hand.
   static CollectiveModel nccl_default();
+  // from_bench_json: mtc-bench-comm's alpha-beta JSON (docs/comm.md): world_size and, for
+  // each collective it has, alpha_us and beta_us_per_byte (set_fit); the collectives it
+  // lacks keep `base`'s lines. Errors: no world_size, no collective, a figure that does not
+  // parse or set_fit refuses; each names what was expected.
+  static absl::StatusOr<CollectiveModel> from_bench_json(absl::string_view text, const CollectiveModel& base);
 };
 
 // ---------------------------------------------------------------------------------------
@@ -212,5 +217,91 @@ struct ModeOption {
 // (the message names op_name, the budget and the smallest requirement with its mode).
 absl::StatusOr<Mode> choose_mode(std::span<const ModeOption> options, double budget_bytes, double lambda,
                                  absl::string_view op_name = "op");
+
+
+// ---------------------------------------------------------------------------------------
+// Any op, by its signatures: what --dtp=auto prices (docs/dtp.md, "Cost model"). The
+// runtime (src/dist/dtp_auto.cc) fills these figures from the op's signature table and its
+// cost() on the shards; this is where they become a time and a memory.
+
+// Holding: what an op's input is across iterations.
+enum class Holding : uint8_t {
+  kActivation = 0,  // made this iteration; converted by the dispatch as the signature asks
+  kParameter = 1,   // stored, with a gradient and optimizer state of its placement
+  kBuffer = 2,      // stored without a gradient (batch norm's running statistics)
+};
+
+// InputTerm: one input of an op under one signature.
+struct InputTerm {
+  Placement have;             // as held now (a gathered parameter: its stored S(0))
+  Placement want;             // what the signature asks (a gathered parameter: R)
+  double global_bytes = 0;    // bytes of the whole tensor
+  double local_bytes = 0;     // bytes of the largest shard under `want`, or S(0) when gathered
+  Holding holding = Holding::kActivation;
+  bool unsettled = false;     // stored and not yet placed: taking `want` is a one-off, free here
+  bool gather = false;        // a parameter stored S(0) and gathered to R for each use (P2)
+  bool needs_grad = false;    // the backward computes its gradient
+};
+
+// OutputTerm: one output under the signature.
+struct OutputTerm {
+  Placement place;
+  double global_bytes = 0;
+  double local_bytes = 0;  // the largest shard's
+};
+
+// SignatureTerms: one signature of one op, as the cost needs it.
+struct SignatureTerms {
+  std::span<const InputTerm> inputs;
+  std::span<const OutputTerm> outputs;
+  double flops = 0;     // FLOP of the op on the largest shards (OpDef::cost)
+  double bytes = 0;     // bytes it reads and writes there
+  bool weighted = false;  // it multiplies by a parameter (matmul, conv): its backward is two
+                          // such ops (dX and dW), others' one
+};
+
+// OpContext: besides the op, what its cost depends on.
+struct OpContext {
+  int parts = 1;            // p
+  Rates rates;              // the op family's
+  Rates step_rates;         // the optimizer step's, per parameter (bytes: param, grad, states)
+  CollectiveModel comm;     // the group's collectives
+  double optimizer_states = 0;  // per parameter element, in parameters (0, 1 SGD momentum, 2 AdamW)
+  bool training = true;     // the backward and the optimizer step count
+};
+
+// signature_breakdown: the op under one signature, per rank and iteration:
+//   compute_us    the op on its shards (rates), x(1 + 1, or 2 when weighted) in training,
+//                 plus the optimizer's step over the parameters' shards;
+//   conversion_us each activation's conversion have -> want (the collective model) and, when
+//                 it needs a gradient, the backward's adjoint collective (all_gather <->
+//                 reduce_scatter, all_to_all <-> all_to_all, all_reduce <-> all_reduce: the
+//                 gradient of a Replicated tensor is each rank's share until summed);
+//   collective_us a Replicated parameter's gradient all-reduce (data parallel), a gathered
+//                 one's all_gather and its gradient's reduce_scatter, and a Partial
+//                 output's all_reduce (the next op most likely needs it whole or split);
+//   state_bytes   parameters x (2 + optimizer_states) and buffers x 1, at their shards;
+//   activation_bytes the activations as the op reads them (kept for the backward) and
+//                 its outputs; buffer_bytes a gathered parameter's whole tensor (and its
+//                 whole gradient in training).
+// A stored input that is settled and has another placement than `want` counts nothing
+// here: moving it is priced by move_us. Errors: parts < 1, an activation conversion that
+// is unsupported (R or S -> P).
+absl::StatusOr<ModeBreakdown> signature_breakdown(const SignatureTerms& s, const OpContext& ctx);
+
+// forward_us: the part of the breakdown's time the forward spends: the op on its shards
+// once and the forward collectives of the activations' conversions and the gathers (what
+// the report compares with the measured time of the op and its conversions).
+absl::StatusOr<double> forward_us(const SignatureTerms& s, const OpContext& ctx);
+
+// move_us: moving a settled stored tensor from `have` to `want`: the tensor and its
+// optimizer states (gradients are cleared between iterations) converted once each.
+double move_us(const InputTerm& in, const OpContext& ctx);
+
+// choose_index: choose_mode's rule over plain costs; returns the index of the option
+// chosen. names[i] (optional) names option i in the error.
+absl::StatusOr<size_t> choose_index(std::span<const ModeCost> costs, std::span<const std::string> names,
+                                    double budget_bytes, double lambda, absl::string_view op_name,
+                                    int reference = -1);
 
 }  // namespace mtc::partition

@@ -170,6 +170,17 @@ absl::Status Executor::execute(ApplyOp& c) {
   ++stats.ops;
   stats.compute_us += us;
   if (trace_) trace_->op(op, c.inputs, c.outputs, c.output_descs, us, mutated, c.recomputable, last_scratch_);
+  if (observer_) {
+    if (device_.async_kernels()) {
+      if (auto it = pending_timers_.find(last_timer_); it != pending_timers_.end()) {
+        it->second.out_ids.assign(c.outputs.begin(), c.outputs.end());
+      }
+    } else {
+      absl::InlinedVector<TensorDesc, 4> in_d;
+      for (TensorRecord* r : ins) in_d.push_back(r->desc);
+      observer_(op, in_d, c.output_descs, c.outputs, us);
+    }
+  }
 
   // 5. Record: each output's record and compute path (op, inputs, outputs, time), and its
   //    place in DTE's graph; the inputs are unpinned on the way out.
@@ -479,7 +490,16 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
     const uint64_t timer = device_.start_timer();
     absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
     device_.stop_timer(timer);
-    if (timer != 0) pending_timers_[timer] = PendingTimer{path, recomputing};  // 0: untimed
+    if (timer != 0) {  // 0: untimed
+      PendingTimer& t = pending_timers_[timer];
+      t = PendingTimer{path, recomputing};
+      if (observer_ && !recomputing) {
+        t.op = path->op;
+        for (const TensorView& v : ins) t.in.push_back(*v.desc);
+        for (const TensorView& v : outs) t.out.push_back(*v.desc);
+        last_timer_ = timer;
+      }
+    }
     *us = 0;
     last_scratch_.assign(ctx.sizes().begin(), ctx.sizes().end());
     return s;
@@ -503,6 +523,7 @@ void Executor::collect_timers(bool wait) {
     if (std::shared_ptr<ComputePath> p = it->second.path.lock(); p && !opts_.reproducible) p->compute_us = us;
     EvictStats& stats = engine_.stats();
     (it->second.recompute ? stats.recompute_us : stats.compute_us) += us;
+    if (observer_ && it->second.op) observer_(*it->second.op, it->second.in, it->second.out, it->second.out_ids, us);
     pending_timers_.erase(it);
   }
 }

@@ -49,6 +49,8 @@ class Executor final : private evict::Host {
   absl::Status execute(MakeGradient& c);
   absl::Status execute(Mark& c);
   absl::Status execute(GetValue& c);
+  // set_observer: f is told of each program op's run and time (Interpreter::set_op_observer).
+  void set_observer(OpObserver f) { observer_ = std::move(f); }
   // close_trace: finishes the trace file, if one is being written.
   absl::Status close_trace();
 
@@ -130,10 +132,16 @@ class Executor final : private evict::Host {
   struct PendingTimer {
     std::weak_ptr<ComputePath> path;
     bool recompute = false;
+    // For the observer, when one is set: the op and its descriptions and output ids.
+    std::shared_ptr<const OpDef> op;
+    absl::InlinedVector<TensorDesc, 4> in, out;
+    absl::InlinedVector<uint64_t, 2> out_ids;
   };
   absl::flat_hash_map<uint64_t, PendingTimer> pending_timers_;
   std::vector<std::pair<uint64_t, double>> timers_done_;
   void collect_timers(bool wait);
+  OpObserver observer_;      // empty unless set
+  uint64_t last_timer_ = 0;  // the timer of the last op run (the observer's, asynchronous)
   absl::InlinedVector<size_t, 2> last_scratch_;  // the scratch requests of the last kernel run
   std::unique_ptr<alloc::Tma> tma_;  // null when TMA is off
   uint64_t op_key_ = 0;              // what is allocating now, for TMA's signatures

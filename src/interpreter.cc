@@ -77,6 +77,12 @@ void run_command(Executor& ex, Command& c, Record&& record, Take&& take_error) {
 }
 }  // namespace
 
+absl::Status Interpreter::set_op_observer(OpObserver f) {
+  absl::Status s = sync();
+  executor_->set_observer(std::move(f));  // the worker is idle after sync()
+  return s;
+}
+
 void Interpreter::record_error(absl::Status s) {
   std::lock_guard<std::mutex> l(error_mu_);
   if (first_error_.ok()) first_error_ = std::move(s);

@@ -68,3 +68,13 @@ foreach(model mlp resnet20 vgg16 gpt)
                    ${MPIEXEC_EXECUTABLE} ${model})
   set_tests_properties(dtp_equivalence_${model} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 1200)
 endforeach()
+# dtp_mesh_mpitest: DTP's mesh (partition groups of t ranks, data parallel across them:
+# make_mesh, GradReducer over a mesh, refresh), every t dividing 1 to 4 ranks.
+add_executable(dtp_mesh_mpitest dtp_mesh_mpitest.cc)
+target_include_directories(dtp_mesh_mpitest PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(dtp_mesh_mpitest PRIVATE mtc GTest::gtest MPI::MPI_CXX)
+foreach(np 1 2 3 4)
+  add_test(NAME dtp_mesh_mpitest_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:dtp_mesh_mpitest>)
+  set_tests_properties(dtp_mesh_mpitest_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 300)
+endforeach()

@@ -19,6 +19,7 @@
 #include "mtc/distributed.h"
 #include "mtc/nn.h"
 #include "mtc/tensor.h"
+#include "partition/cost.h"
 #include "partition/placement.h"
 
 namespace mtc {
@@ -80,21 +81,90 @@ void note_mode(Mode m);
 // parameter is sharded the same way).
 Tensor zeros_like(const Tensor& t, bool persistent);
 
+// ---- choosing at run time: --dtp=auto (docs/dtp.md, "Choosing at run time") ----
+
+// AutoOptions: the planner's settings.
+struct AutoOptions {
+  bool choose = true;            // false: modes are forced (--dtp=pN); the planner fits and reports only
+  double lambda = 0.1;           // weight of memory against time (--dtp_lambda; docs/dtp.md says why 0.1)
+  double budget_bytes = 0;       // the rank's bytes for state and the op at hand (0: no limit)
+  double optimizer_states = 0;   // optimizer state per parameter element: 0, 1 (momentum), 2 (AdamW)
+  std::string step_family;       // the optimizer step op's name ("adamw_step"), for its rates
+  int warmup_iterations = 3;     // op times of iterations 2..warmup are fitted at its end
+  double horizon_iterations = 100;  // a settled parameter moves only when the time it saves
+                                    // over this many iterations pays for the move
+  bool report = false;           // --dtp_report: a table per new decision and in the summary
+  std::FILE* report_to = nullptr;  // where rank 0 prints it (stdout when null)
+  partition::CollectiveModel comm;  // the collectives' alpha-beta model
+  partition::Rates initial_rates = partition::Rates::cpu_default();  // before the fit
+};
+
+// AutoFigures: what the planner has done.
+struct AutoFigures {
+  uint64_t decisions = 0;   // cache misses: decisions made (again after the fit)
+  uint64_t hits = 0;        // cache hits
+  uint64_t settled = 0;     // stored tensors placed by a first decision
+  uint64_t moves = 0;       // stored tensors moved by a later one
+  double decide_us = 0;     // time in decide(), misses and hits, microseconds
+  bool fitted = false;      // the rates were fitted to measured op times
+  int families = 0;         // op families with their own fitted rates
+};
+
+// enable_auto: the planner for group g. With o.choose, net's parameters and buffers are
+// placed unsettled (stored S(0) where dimension 0 has a row per rank, else R), and each
+// settles at the placement the first decision of an op using it chooses. Call instead of
+// shard() (o.choose) or after it (forced modes, for the fit and the report).
+absl::Status enable_auto(nn::Module& net, const Group& g, AutoOptions o);
+// end_iteration: call once per training iteration (after the optimizer step) on every
+// rank: at the end of the warm-up, rank 0's fitted rates are broadcast and the decisions
+// made again. Collective.
+absl::Status end_iteration(const Group& g);
+AutoFigures auto_figures(const Group& g);
+// auto_summary: the report's summary table (every decision, with its measured time).
+std::string auto_summary(const Group& g);
+
+struct Mesh;  // below: partition groups with data parallel across them
+
 // GradReducer: after the backward, a parameter held Replicated has on each rank the
 // gradient of that rank's part of the loss; the reducer sums them over the group with
 // data parallel's buckets (overlapping the backward). Sharded parameters' gradients are
 // complete on their rank (the collectives' backward rules brought the rest). Use:
 // loss.backward(); reducer->finish(); opt.step().
+// Over a Mesh of G groups every gradient ends as the average over the groups of each
+// group's whole gradient: a Replicated parameter's shares are summed over every rank of
+// the mesh and divided by G, a sharded parameter's shard is averaged with the same shard
+// of the other groups (over Mesh::across).
 class GradReducer {
  public:
   static absl::StatusOr<std::unique_ptr<GradReducer>> create(nn::Module& net, const Group& g, size_t bucket_bytes);
+  static absl::StatusOr<std::unique_ptr<GradReducer>> create(nn::Module& net, const Mesh& m, size_t bucket_bytes);
+  ~GradReducer();
   void finish();
+  // refresh: after parameters were placed anew (run-time placement decisions), makes the
+  // buckets again when the parameters or their placements differ from those the buckets
+  // were made for, and does nothing (one pass over the parameters) when they are the
+  // same. Call between iterations (after finish()), on every rank alike.
+  absl::Status refresh(nn::Module& net);
   int replicated_parameters() const { return replicated_; }
-  // data_parallel: the buckets (null when nothing is replicated or the group is one rank).
+  // sharded_parameters: those averaged across groups (0 without a mesh of several groups).
+  int sharded_parameters() const { return sharded_; }
+  // rebuilds: how many times refresh() made the buckets again.
+  int rebuilds() const { return rebuilds_; }
+  // data_parallel: the replicated parameters' buckets (null when nothing is replicated or
+  // the mesh is one rank); across_groups: the sharded parameters' (null without groups).
   dist::DataParallel* data_parallel() const { return dp_.get(); }
+  dist::DataParallel* across_groups() const { return across_dp_.get(); }
+
  private:
-  std::unique_ptr<dist::DataParallel> dp_;
-  int replicated_ = 0;
+  struct Layout;
+  GradReducer() = default;
+  absl::Status build(nn::Module& net);
+  std::unique_ptr<dist::DataParallel> dp_, across_dp_;
+  int replicated_ = 0, sharded_ = 0, rebuilds_ = 0;
+  dist::CommPtr replicated_comm_, across_comm_;  // sum over every rank; average across groups
+  int groups_ = 1;
+  size_t bucket_bytes_ = 0;
+  std::unique_ptr<Layout> layout_;  // the parameters and placements the buckets were made for
 };
 
 // StateBytes: this rank's bytes of training state: parameters, their gradients and the
@@ -103,5 +173,24 @@ struct StateBytes {
   size_t parameters = 0, gradients = 0;
 };
 StateBytes state_bytes(nn::Module& net);
+
+// ---- Mesh: partition groups of t ranks, data parallel across them (src/dist/mesh.cc) ----
+
+// Mesh: N ranks as N/t partition groups of t contiguous ranks (group g: ranks g*t to
+// g*t+t-1), each partitioning the model as one Group does, with data parallel across
+// the groups: `across` joins the ranks holding the same index in every group (ranks i,
+// t+i, 2t+i, ...), ordered by group. Each group takes its own part of the global batch
+// (rows of group `group_index` of `groups`), split again within the group.
+struct Mesh {
+  Group group;           // this rank's partition group (t ranks)
+  dist::CommPtr world;   // every rank of the mesh
+  dist::CommPtr across;  // data parallel: one rank per group, ranked by group_index
+  int groups = 1;        // G = N / t
+  int group_index = 0;   // this rank's group, 0 .. G-1 (its rank in `across`)
+};
+// make_mesh: splits world (collective: every rank calls it alike) into groups of t.
+// InvalidArgument when t < 1 or does not divide the world size: "--dtp_group=3: expected
+// a divisor of the 4 ranks (1, 2, 4)". check: as make_group's, within each group.
+absl::StatusOr<Mesh> make_mesh(dist::CommPtr world, int t, bool check = false);
 
 }  // namespace mtc::dtp

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -84,6 +85,13 @@ struct MemoryStats {
   RegionFigures comm;
 };
 
+// OpObserver: told of each op run for the program (not a recompute), on the worker thread:
+// the op, its inputs' and outputs' descriptions, its output ids and its measured time in
+// microseconds (on an asynchronous device, when its timer is collected). DTP's rate fit
+// reads the op times through it.
+using OpObserver = std::function<void(const OpDef& op, std::span<const TensorDesc> in,
+                                      std::span<const TensorDesc> out, std::span<const uint64_t> out_ids, double us)>;
+
 class Interpreter : public std::enable_shared_from_this<Interpreter> {
  public:
   static std::shared_ptr<Interpreter> create(std::shared_ptr<Device> device,
@@ -119,6 +127,8 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
   absl::StatusOr<TmaFigures> tma_stats();
   // reset_peak: synchronises, then restarts peak tracking from current use.
   absl::Status reset_peak();
+  // set_op_observer: synchronises, then installs f (an empty f removes it).
+  absl::Status set_op_observer(OpObserver f);
   // record_error: keeps `s` (if it is the first) for the next synchronising call.
   void record_error(absl::Status s);
   // del: the last handle to tensor `id` went away (called by TensorRef).

@@ -7,6 +7,7 @@
 // timm for the ViT, and nanoGPT's for the GPT ("wte", "blocks.0.attn.q.weight", "ln_f.bias").
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -257,8 +258,11 @@ Tensor cross_entropy_loss(const Tensor& logits, const Tensor& labels);
 // train_step: one training iteration on a classification or language-model batch:
 // zero_grad, forward, cross_entropy_loss, backward, optimizer step. Returns the loss without waiting for it:
 // loss.item() synchronises and reports any failure inside the iteration. With `dp`, the
-// gradients are averaged over the ranks (dp->finish()) before the step.
+// gradients are averaged over the ranks (dp->finish()) before the step. With
+// `after_forward` (DTP's auto mode, whose forward settles where each parameter lives),
+// the data parallel to finish is the one it returns once the forward is issued.
 absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch,
-                                  dist::DataParallel* dp = nullptr);
+                                  dist::DataParallel* dp = nullptr,
+                                  const std::function<absl::StatusOr<dist::DataParallel*>()>& after_forward = nullptr);
 
 }  // namespace mtc::models

@@ -11,6 +11,7 @@
 #include "autograd.h"
 #include "comm/communicator.h"
 #include "dist/convert_ops.h"
+#include "dist/dtp_auto.h"
 #include "mtc/interpreter.h"
 #include "mtc/ops.h"
 #include "mtc/status.h"
@@ -153,12 +154,22 @@ TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inp
                                                                            : partition::Fixed::kAny);
     locals.push_back(std::move(l));
   }
+  Planner* planner = g.planner.get();
+  const Decision* decision = nullptr;
   partition::SignatureList sigs;
-  op->signatures(global, g.parts, sigs);
-  absl::StatusOr<partition::Choice> choice =
-      partition::choose(op->name(), sigs, have, global, fixed, g.parts, forced_mode(), /*strict=*/false);
-  if (!choice.ok()) return fail(*interp, *op, choice.status());
-  const partition::Signature& sig = sigs[choice->index];
+  partition::Choice choice;
+  if (planner != nullptr && planner->choosing()) {
+    absl::StatusOr<const Decision*> d = planner->decide(*op, inputs, global, g.parts);
+    if (!d.ok()) return fail(*interp, *op, d.status());
+    decision = *d;
+  } else {
+    op->signatures(global, g.parts, sigs);
+    absl::StatusOr<partition::Choice> c =
+        partition::choose(op->name(), sigs, have, global, fixed, g.parts, forced_mode(), /*strict=*/false);
+    if (!c.ok()) return fail(*interp, *op, c.status());
+    choice = std::move(*c);
+  }
+  const partition::Signature& sig = decision ? decision->sig : sigs[choice.index];
   std::vector<TensorDesc> out_global;
   if (absl::Status s = op->infer(global, out_global); !s.ok()) {
     std::vector<std::string> in;
@@ -170,19 +181,53 @@ TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inp
   if (g.check) {
     std::vector<std::string> in;
     for (size_t i = 0; i < global.size(); ++i) in.push_back(partition::describe(global[i], stored[i]));
-    const std::string what = absl::StrCat("op ", op->name(), "(", op->attrs(), ") on ", absl::StrJoin(in, ", "),
-                                          " as ", sig.str());
+    std::string what = absl::StrCat("op ", op->name(), "(", op->attrs(), ") on ", absl::StrJoin(in, ", "),
+                                    " as ", sig.str());
+    if (decision != nullptr) {
+      absl::StrAppend(&what, " actions ");
+      for (size_t i = 0; i < decision->action.size(); ++i) {
+        absl::StrAppend(&what, static_cast<int>(decision->action[i]), decision->place[i].str(),
+                        decision->gather_after[i] ? "g " : " ");
+      }
+    }
     if (absl::Status s = check_agreement(*interp, g, what); !s.ok()) return fail(*interp, *op, s);
   }
-  for (size_t i = 0; i < locals.size(); ++i) {
-    if (gather[i]) locals[i] = dist::convert(locals[i], global[i], stored[i], Placement::R(), g.comm);
+  absl::InlinedVector<uint64_t, 4> measured;  // the conversions' outputs, for the report
+  if (decision != nullptr) {
+    // Settles and moves first (they replace the stored tensors' shards), then each input as
+    // the decision says.
+    if (absl::Status s = planner->apply(*decision, inputs, global); !s.ok()) return fail(*interp, *op, s);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Tensor l = local(inputs[i]);
+      const Placement held = placement(inputs[i]);
+      const Action a = decision->action[i];
+      const bool gather_now =
+          a == Action::kGather || ((a == Action::kSettle || a == Action::kMove) && decision->gather_after[i]);
+      if (g.parts > 1 && gather_now && held.split()) {
+        l = dist::convert(l, global[i], held, Placement::R(), g.comm);
+        measured.push_back(l.id());
+      } else if (g.parts > 1 && a == Action::kConvert && !(held == sig.in[i])) {
+        l = dist::convert(l, global[i], held, sig.in[i], g.comm);
+        measured.push_back(l.id());
+      }
+      locals[i] = std::move(l);
+    }
+    note_mode(decision->mode);
+  } else {
+    for (size_t i = 0; i < locals.size(); ++i) {
+      if (gather[i]) {
+        locals[i] = dist::convert(locals[i], global[i], stored[i], Placement::R(), g.comm);
+        measured.push_back(locals[i].id());
+      }
+    }
+    for (size_t i = 0; i < locals.size(); ++i) {
+      // On a group of one every placement is the whole tensor: nothing to convert.
+      if (choice.convert[i].step == partition::Step::kNone || g.parts == 1) continue;
+      locals[i] = dist::convert(locals[i], global[i], have[i], sig.in[i], g.comm);
+      measured.push_back(locals[i].id());
+    }
+    note_mode(gathered && sig.mode == Mode::kP1 ? Mode::kP2 : sig.mode);
   }
-  for (size_t i = 0; i < locals.size(); ++i) {
-    // On a group of one every placement is the whole tensor: nothing to convert.
-    if (choice->convert[i].step == partition::Step::kNone || g.parts == 1) continue;
-    locals[i] = dist::convert(locals[i], global[i], have[i], sig.in[i], g.comm);
-  }
-  note_mode(gathered && sig.mode == Mode::kP1 ? Mode::kP2 : sig.mode);
   TensorList outs;
   if (std::optional<TensorList> r = op->shard_run(sig, global, locals, g)) {
     outs = std::move(*r);
@@ -206,6 +251,14 @@ TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inp
                                     partition::describe(out_global[j], p))));
     }
     result.push_back(wrap(outs[j], out_global[j], p, group));
+  }
+  if (planner != nullptr && planner->options().report) {
+    for (const Tensor& o : outs) measured.push_back(o.id());
+    if (decision != nullptr) {
+      planner->measure(decision->report_row, measured);
+    } else {
+      planner->note_forced(*op, inputs, global, sig, g.parts, measured);
+    }
   }
   return result;
 }
@@ -277,39 +330,43 @@ Placement placement_for(const nn::Module& m, const std::string& name, const Shap
   return Placement::R();
 }
 
-// place: replaces the storage of the tensor behind t's handle (shared with the module's
-// member and its parameter list) by this rank's part for p: the global values are read
-// once (every rank drew them alike) and the shard is put as a new persistent tensor.
-absl::Status place(Tensor& t, Placement p, bool gather, const Group& g) {
-  if (t.global()) {
-    return absl::FailedPreconditionError(absl::StrCat("dtp::shard: ", partition::describe(t.desc(), placement(t)),
-                                                      " is placed already (a model is sharded once)"));
-  }
+}  // namespace
+
+absl::Status restore(Tensor& t, Placement p, bool gather, bool unsettled, const Group& g) {
   if (t.dtype() != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat("dtp::shard: ", t.desc().str(), ": expected f32 parameters and buffers"));
+    return absl::InvalidArgumentError(absl::StrCat("dtp: ", t.desc().str(), ": expected f32 parameters and buffers"));
   }
   Interpreter& interp = *t.interpreter();
   const TensorDesc global = t.desc();
   const Shape ls = partition::local_shape(global.shape, p, g->parts, g->index);
-  std::vector<float> all;
-  MTC_ASSIGN_OR_RETURN(all, t.to_vector());
   std::vector<float> part;
-  if (p.split()) {
-    const partition::Range r = partition::shard_range(global.shape[p.dim], g->parts, g->index);
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < p.dim; ++i) outer *= global.shape[i];
-    for (size_t i = p.dim + 1; i < global.shape.size(); ++i) inner *= global.shape[i];
-    const int64_t n = global.shape[p.dim];
-    part.reserve(static_cast<size_t>(outer * r.size * inner));
-    for (int64_t o = 0; o < outer; ++o) {
-      const float* src = all.data() + (o * n + r.offset) * inner;
-      part.insert(part.end(), src, src + r.size * inner);
-    }
+  if (t.global()) {
+    // A move: the conversion's result, read back and put again as persistent storage.
+    NoGradGuard no_grad;
+    Tensor moved = dist::convert(local(t), global, placement(t), p, g->comm);
+    MTC_ASSIGN_OR_RETURN(part, moved.to_vector());
   } else {
-    part = std::move(all);
+    // The global values are read once (every rank drew them alike); this rank keeps its part.
+    std::vector<float> all;
+    MTC_ASSIGN_OR_RETURN(all, t.to_vector());
+    if (p.split()) {
+      const partition::Range r = partition::shard_range(global.shape[p.dim], g->parts, g->index);
+      int64_t outer = 1, inner = 1;
+      for (int i = 0; i < p.dim; ++i) outer *= global.shape[i];
+      for (size_t i = p.dim + 1; i < global.shape.size(); ++i) inner *= global.shape[i];
+      const int64_t n = global.shape[p.dim];
+      part.reserve(static_cast<size_t>(outer * r.size * inner));
+      for (int64_t o = 0; o < outer; ++o) {
+        const float* src = all.data() + (o * n + r.offset) * inner;
+        part.insert(part.end(), src, src + r.size * inner);
+      }
+    } else {
+      part = std::move(all);
+    }
   }
   Tensor shard_t = interp.put(TensorDesc{ls, global.dtype}, part.data(), /*persistent=*/true);
   TensorRef& ref = *t.ref();
+  const bool was_global = t.global();
   const uint64_t old = ref.id;
   auto info = std::make_shared<DistInfo>();
   info->placement = p;
@@ -317,13 +374,20 @@ absl::Status place(Tensor& t, Placement p, bool gather, const Group& g) {
   info->group = g;
   info->stored = true;
   info->gather = gather;
+  info->unsettled = unsettled;
+  if (was_global) info->followers = ref.dist->followers;
   ref.id = shard_t.id();
-  ref.dist = std::move(info);
-  interp.del(old);
+  ref.dist = std::move(info);  // a global handle's old shard goes with its DistInfo
+  if (!was_global) interp.del(old);
+  // The optimizer state made for it moves alike.
+  for (const std::weak_ptr<TensorRef>& w : ref.dist->followers) {
+    std::shared_ptr<TensorRef> f = w.lock();
+    if (f == nullptr || !f->dist || f->dist->placement == p) continue;
+    Tensor ft(f, nullptr);
+    MTC_RETURN_IF_ERROR(restore(ft, p, false, false, g));
+  }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status pin(nn::Module& m, Mode mode) {
   const std::vector<Mode> has = modes_of(m);
@@ -390,7 +454,11 @@ absl::StatusOr<ShardFigures> shard(nn::Module& net, Mode mode, const Group& g) {
       Tensor& t = own[i].second;
       f.global_parameter_bytes += i < n_params ? t.desc().bytes() : 0;
       const bool gather = want == Mode::kP2 && where[i].split();
-      MTC_RETURN_IF_ERROR(place(t, where[i], gather, g));
+      if (t.global()) {
+        return absl::FailedPreconditionError(absl::StrCat("dtp::shard: ", partition::describe(t.desc(), placement(t)),
+                                                          " is placed already (a model is sharded once)"));
+      }
+      MTC_RETURN_IF_ERROR(restore(t, where[i], gather, /*unsettled=*/false, g));
       if (i < n_params) f.local_parameter_bytes += local(t).desc().bytes();
     }
   }
@@ -401,7 +469,10 @@ Tensor zeros_like(const Tensor& t, bool persistent) {
   Tensor l = local(t);
   Tensor z = from_vector(l.shape(), std::vector<float>(static_cast<size_t>(l.numel()), 0.f), persistent);
   if (!t.global()) return z;
-  return wrap(z, t.desc(), placement(t), t.ref()->dist->group);
+  Tensor w = wrap(z, t.desc(), placement(t), t.ref()->dist->group);
+  w.ref()->dist->stored = true;
+  t.ref()->dist->followers.push_back(w.ref());
+  return w;
 }
 
 }  // namespace mtc::dtp

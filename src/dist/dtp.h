@@ -17,11 +17,16 @@ namespace mtc {
 
 // ShardContext: the partition group an op runs in: its size, this rank's index and the
 // communicator of the group.
+namespace dtp {
+class Planner;
+}
+
 struct ShardContext {
   int parts = 1;
   int index = 0;
   dist::CommPtr comm;
   bool check = false;  // --comm_check: the ranks compare each dispatch's placements
+  mutable std::shared_ptr<dtp::Planner> planner;  // --dtp=auto or --dtp_report (dtp_auto.h)
 };
 
 // DistInfo: a global handle's placement, the handle of this rank's shard, its group, and
@@ -33,6 +38,9 @@ struct DistInfo {
   dtp::Group group;
   bool stored = false;  // a parameter or buffer: never converted by the dispatch
   bool gather = false;  // P2: stored S(0), all_gathered for each use
+  bool unsettled = false;  // --dtp=auto: not yet placed by a decision (stored S(0) or R meanwhile)
+  // The optimizer state made for a stored tensor (zeros_like): moved with it.
+  std::vector<std::weak_ptr<TensorRef>> followers;
 };
 
 namespace dtp {
@@ -50,6 +58,10 @@ bool any_global(std::span<const Tensor> inputs);
 // the shards (recorded by autograd), returns global outputs. A failure poisons the
 // outputs and surfaces at the next synchronising call, as the interpreter's do.
 TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inputs);
+// restore: replaces the storage behind t's handle (a stored global tensor, or one not yet
+// global) by this rank's part of it at placement `to`, persistent; the handle (shared with
+// the module and the optimizer) keeps its identity. Collective when a conversion is needed.
+absl::Status restore(Tensor& t, partition::Placement to, bool gather, bool unsettled, const Group& g);
 // gather: t held Replicated (a conversion if it is not): what to_vector reads. Collective.
 Tensor gather(const Tensor& t);
 

@@ -8,11 +8,15 @@
 namespace mtc::models {
 
 absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch,
-                                  dist::DataParallel* dp) {
+                                  dist::DataParallel* dp,
+                                  const std::function<absl::StatusOr<dist::DataParallel*>()>& after_forward) {
   Interpreter* interp = batch.images.interpreter();  // trace marks; free when not tracing
   opt.zero_grad();
   interp->mark("forward");
   Tensor loss = cross_entropy_loss(net.forward(batch.images), batch.labels);
+  if (after_forward) {
+    MTC_ASSIGN_OR_RETURN(dp, after_forward());
+  }
   interp->mark("backward");
   MTC_RETURN_IF_ERROR(loss.backward());
   if (dp != nullptr) dp->finish();

@@ -1,0 +1,611 @@
+// DTP's run-time choice: the planner (src/dist/dtp_auto.h; docs/dtp.md, "Choosing at run
+// time"). Pricing is partition/cost.h's; this file turns an op and its inputs into the
+// figures it prices, keeps the decisions, the ledger of stored bytes, the rate samples
+// and the report.
+#include "dist/dtp_auto.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "dist/convert_ops.h"
+#include "mtc/interpreter.h"
+#include "mtc/ops.h"
+#include "mtc/status.h"
+
+namespace mtc::dtp {
+
+using partition::Holding;
+using partition::InputTerm;
+using partition::OutputTerm;
+using partition::Placement;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double elapsed_us(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double local_bytes(const TensorDesc& global, Placement p, int parts) {
+  // The largest shard (index 0): every rank prices the slowest rank's work alike.
+  return static_cast<double>(numel(partition::local_shape(global.shape, p, parts, 0))) * dtype_size(global.dtype);
+}
+
+const DistInfo* info(const Tensor& t) { return t.global() ? t.ref()->dist.get() : nullptr; }
+bool is_stored(const Tensor& t) { return info(t) != nullptr && info(t)->stored; }
+
+// contraction: an op whose FLOPs per output element show a reduction (matmul, conv): its
+// backward is two such ops.
+bool contraction(double flops, std::span<const TensorDesc> out) {
+  double n = 0;
+  for (const TensorDesc& d : out) n += static_cast<double>(d.numel());
+  return n > 0 && flops >= 8 * n;
+}
+
+}  // namespace
+
+Planner::Planner(const ShardContext& g, AutoOptions o) : g_(g), opts_(std::move(o)), rates_(opts_.initial_rates) {}
+
+partition::OpContext Planner::context(const std::string& family) const {
+  partition::OpContext c;
+  c.parts = g_.parts;
+  c.rates = rates_.get(family);
+  c.step_rates = rates_.get(opts_.step_family);
+  c.comm = opts_.comm;
+  c.optimizer_states = opts_.optimizer_states;
+  c.training = grad_mode_enabled();
+  return c;
+}
+
+std::string Planner::key(const OpDef& op, std::span<const Tensor> inputs, std::span<const TensorDesc> global) const {
+  std::string k = absl::StrCat(op.name(), "|", op.attrs(), grad_mode_enabled() ? "|t" : "|e");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DistInfo* d = info(inputs[i]);
+    absl::StrAppend(&k, "|", global[i].str(), " ", d ? d->placement.str() : "R");
+    if (d && d->stored) absl::StrAppend(&k, d->unsettled ? "u" : (d->gather ? "g" : "s"));
+    if (inputs[i].requires_grad()) k.push_back('*');
+  }
+  return k;
+}
+
+void Planner::register_stored(const Tensor& t) {
+  const DistInfo* d = info(t);
+  if (d == nullptr) return;
+  const double factor = t.requires_grad() ? 2 + opts_.optimizer_states : 1;
+  const double b = local_bytes(t.desc(), d->placement, g_.parts) * factor;
+  auto [it, fresh] = ledger_.try_emplace(t.ref().get(), 0);
+  ledger_total_ += b - it->second;
+  it->second = b;
+}
+
+struct Planner::Built {
+  ReportRow::Option row;
+  Decision d;
+  double move_us = 0;
+};
+
+absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const Tensor> inputs,
+                                                std::span<const TensorDesc> global, int parts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string k = key(op, inputs, global);
+  if (auto it = cache_.find(k); it != cache_.end()) {
+    ++fig_.hits;
+    if (opts_.report && iteration_ >= 1) {
+      std::lock_guard<std::mutex> l(mu_);
+      ++rows_[it->second->report_row].dispatches;
+    }
+    fig_.decide_us += elapsed_us(t0);
+    return it->second.get();
+  }
+  partition::SignatureList sigs;
+  op.signatures(global, parts, sigs);
+  std::vector<TensorDesc> out_global;
+  MTC_RETURN_IF_ERROR(op.infer(global, out_global));
+  const std::string family = op.name();
+  const partition::OpContext ctx = context(family);
+  // The budget left for this op: what the other stored tensors do not hold.
+  double own = 0;
+  for (const Tensor& t : inputs) {
+    if (auto it = ledger_.find(t.ref().get()); it != ledger_.end()) own += it->second;
+  }
+  const double room = opts_.budget_bytes > 0 ? opts_.budget_bytes - (ledger_total_ - own) : kInf;
+
+  // A stored tensor moves only while one op uses it and it holds no gradient: the uses of
+  // a shared one (a tied embedding) and a gradient already accumulated all have its shape.
+  std::string identity = absl::StrCat(op.name(), "|", op.attrs());
+  for (const TensorDesc& d : global) absl::StrAppend(&identity, "|", d.str());
+  absl::InlinedVector<bool, 4> movable;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    bool m = false;
+    if (is_stored(inputs[i])) {
+      auto& users = users_[inputs[i].ref().get()];
+      users.insert(absl::StrCat(identity, "#", i));
+      m = users.size() == 1 && !inputs[i].grad().defined();
+    }
+    movable.push_back(m);
+  }
+  std::vector<Built> built;
+  for (const partition::Signature& sig : sigs) {
+    for (int variant = 0; variant < 2; ++variant) {
+      const bool gathered_variant = variant == 1;
+      Built b;
+      b.d.sig = sig;
+      b.d.mode = sig.mode;
+      bool valid = true, any_gather = false;
+      std::vector<TensorDesc> local_in, local_out;
+      for (size_t i = 0; i < inputs.size() && valid; ++i) {
+        const Tensor& t = inputs[i];
+        const DistInfo* d = info(t);
+        const Placement want = sig.in[i];
+        InputTerm in;
+        in.global_bytes = static_cast<double>(global[i].bytes());
+        in.needs_grad = t.requires_grad();
+        in.want = want;
+        in.have = d ? d->placement : Placement::R();
+        Action a = Action::kConvert;
+        Placement place = want;
+        bool gather_after = false;
+        const bool written = (op.mutates_inputs() >> i) & 1;
+        if (written && !(in.have == want)) {
+          valid = false;  // a tensor the op writes in place is used where it is
+          break;
+        }
+        if (is_stored(t)) {
+          in.holding = t.requires_grad() ? Holding::kParameter : Holding::kBuffer;
+          // A parameter whose op wants it whole may be stored S(0) and gathered (P2).
+          const bool can_gather = in.holding == Holding::kParameter && want.replicated() && parts > 1 &&
+                                  partition::splittable(global[i].shape, 0, parts);
+          const bool gather = gathered_variant && can_gather && !written;
+          any_gather |= gather;
+          if (d->unsettled) {
+            in.unsettled = true;
+            a = Action::kSettle;
+            place = gather ? Placement::S(0) : want;
+            gather_after = gather;
+          } else if (gather) {
+            if (!(d->placement == Placement::S(0))) {
+              if (!movable[i]) {
+                valid = false;
+                break;
+              }
+              a = Action::kMove;
+              place = Placement::S(0);
+              InputTerm mv = in;
+              mv.want = place;
+              b.move_us += partition::move_us(mv, ctx);
+            } else {
+              a = Action::kGather;
+            }
+            gather_after = true;
+          } else if (d->placement == want) {
+            a = Action::kDirect;
+          } else {
+            if (!movable[i]) {
+              valid = false;
+              break;
+            }
+            a = Action::kMove;
+            b.move_us += partition::move_us(in, ctx);
+          }
+          in.gather = gather;
+          in.have = gather ? Placement::S(0) : want;  // its per-iteration use: no conversion
+          in.local_bytes = local_bytes(global[i], gather ? Placement::S(0) : want, parts);
+        } else {
+          in.local_bytes = local_bytes(global[i], want, parts);
+          if (partition::plan_conversion(in.have, want).step == partition::Step::kUnsupported) valid = false;
+        }
+        b.d.action.push_back(a);
+        b.d.place.push_back(place);
+        b.d.gather_after.push_back(gather_after);
+        b.row.in.push_back(in);
+        local_in.push_back(TensorDesc{partition::local_shape(global[i].shape, want, parts, 0), global[i].dtype});
+      }
+      if (!valid || (gathered_variant && !any_gather)) continue;
+      for (size_t j = 0; j < out_global.size(); ++j) {
+        const Placement p = j < sig.out.size() ? sig.out[j] : Placement::R();
+        local_out.push_back(TensorDesc{partition::local_shape(out_global[j].shape, p, parts, 0), out_global[j].dtype});
+        b.row.out.push_back(OutputTerm{p, static_cast<double>(out_global[j].bytes()),
+                                       static_cast<double>(local_out.back().bytes())});
+      }
+      const OpCost c = op.cost(local_in, local_out);
+      b.row.flops = c.flops;
+      b.row.bytes = c.bytes_read + c.bytes_written;
+      b.row.contraction = contraction(c.flops, local_out);
+      partition::SignatureTerms terms{b.row.in, b.row.out, b.row.flops, b.row.bytes, b.row.contraction};
+      absl::StatusOr<partition::ModeBreakdown> br = partition::signature_breakdown(terms, ctx);
+      if (!br.ok()) continue;
+      b.row.b = *br;
+      b.row.forward_us = partition::forward_us(terms, ctx).value_or(kInf);
+      b.row.move = b.move_us > 0 || std::any_of(b.d.action.begin(), b.d.action.end(),
+                                                [](Action a) { return a == Action::kMove; });
+      b.row.sig = sig.str() + (any_gather ? " +gather" : "");
+      if (any_gather && b.d.mode == partition::Mode::kP1) b.d.mode = partition::Mode::kP2;
+      built.push_back(std::move(b));
+    }
+  }
+  if (built.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("DTP: op ", op.name(), " has no signature its inputs can take"));
+  }
+  // Candidates: every option that keeps the stored tensors where they are, and the moves
+  // that pay for themselves within the horizon (or are the only way to fit).
+  std::vector<size_t> cand;
+  double best_stay_us = kInf;
+  for (size_t i = 0; i < built.size(); ++i) {
+    const partition::ModeCost mc = built[i].row.b.total();
+    built[i].row.fits = mc.bytes <= room;
+    if (!built[i].row.move && built[i].row.fits) best_stay_us = std::min(best_stay_us, mc.time_us);
+  }
+  for (size_t i = 0; i < built.size(); ++i) {
+    if (!built[i].row.move) {
+      cand.push_back(i);
+    } else if (built[i].row.fits &&
+               (best_stay_us == kInf ||
+                (best_stay_us - built[i].row.b.total().time_us) * opts_.horizon_iterations > built[i].move_us)) {
+      cand.push_back(i);
+    }
+  }
+  std::vector<partition::ModeCost> costs;
+  std::vector<std::string> names;
+  int reference = -1;
+  for (size_t i : cand) {
+    if (reference < 0 && built[i].d.sig.mode == partition::Mode::kP1 && built[i].row.sig.find("gather") == std::string::npos) {
+      reference = static_cast<int>(costs.size());
+    }
+    costs.push_back(built[i].row.b.total());
+    names.push_back(built[i].row.sig);
+  }
+  std::string inputs_str;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StrAppend(&inputs_str, i ? ", " : "", partition::describe(global[i], info(inputs[i]) ? info(inputs[i])->placement : Placement::R()));
+    if (is_stored(inputs[i])) absl::StrAppend(&inputs_str, info(inputs[i])->unsettled ? " (unsettled)" : " (stored)");
+  }
+  absl::StatusOr<size_t> pick = costs.empty() ? absl::StatusOr<size_t>(absl::ResourceExhaustedError("no option"))
+                                              : partition::choose_index(costs, names, room, opts_.lambda,
+                                                                        absl::StrCat(op.name(), " on ", inputs_str), reference);
+  if (!pick.ok()) {
+    return absl::Status(pick.status().code(), absl::StrCat("DTP --dtp=auto: ", pick.status().message(),
+                                                           ": expected a larger --budget/--memory, or more ranks"));
+  }
+  const size_t chosen = cand[*pick];
+  ReportRow row;
+  row.op = op.name();
+  row.inputs = inputs_str;
+  row.family = family;
+  row.room_bytes = room;
+  for (Built& b : built) row.options.push_back(std::move(b.row));
+  row.chosen = chosen;
+  auto d = std::make_unique<Decision>(std::move(built[chosen].d));
+  {
+    std::lock_guard<std::mutex> l(mu_);  // the observer reads the rows
+    d->report_row = rows_.size();
+    rows_.push_back(std::move(row));
+  }
+  ++fig_.decisions;
+  if (opts_.report && g_.index == 0) {
+    std::FILE* out = opts_.report_to ? opts_.report_to : stdout;
+    std::fputs(print_row(rows_.back(), /*final_rates=*/false).c_str(), out);
+    std::fflush(out);
+  }
+  const Decision* result = d.get();
+  cache_.emplace(std::move(k), std::move(d));
+  if (opts_.report && iteration_ >= 1) {
+    std::lock_guard<std::mutex> l(mu_);
+    ++rows_[result->report_row].dispatches;
+  }
+  fig_.decide_us += elapsed_us(t0);
+  return result;
+}
+
+absl::Status Planner::apply(const Decision& d, std::span<const Tensor> inputs, std::span<const TensorDesc> global) {
+  (void)global;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (d.action[i] != Action::kSettle && d.action[i] != Action::kMove) continue;
+    Tensor t = inputs[i];
+    const DistInfo* di = info(t);
+    if (di == nullptr || !di->stored) continue;
+    if (d.action[i] == Action::kSettle && !di->unsettled) continue;  // settled by an earlier input
+    if (!(di->placement == d.place[i]) || di->gather != d.gather_after[i] || di->unsettled) {
+      MTC_RETURN_IF_ERROR(restore(t, d.place[i], d.gather_after[i], /*unsettled=*/false, t.ref()->dist->group));
+    }
+    ++(d.action[i] == Action::kSettle ? fig_.settled : fig_.moves);
+    register_stored(t);
+  }
+  return absl::OkStatus();
+}
+
+void Planner::note_forced(const OpDef& op, std::span<const Tensor> inputs, std::span<const TensorDesc> global,
+                          const partition::Signature& sig, int parts, std::span<const uint64_t> ids) {
+  std::string k = key(op, inputs, global) + "|" + sig.str();
+  size_t row_index;
+  if (auto it = cache_.find(k); it != cache_.end()) {
+    row_index = it->second->report_row;
+  } else {
+    std::vector<TensorDesc> out_global;
+    if (!op.infer(global, out_global).ok()) return;
+    const partition::OpContext ctx = context(op.name());
+    ReportRow::Option o;
+    std::vector<TensorDesc> local_in, local_out;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const DistInfo* d = info(inputs[i]);
+      InputTerm in;
+      in.global_bytes = static_cast<double>(global[i].bytes());
+      in.needs_grad = inputs[i].requires_grad();
+      in.want = sig.in[i];
+      in.have = d ? d->placement : Placement::R();
+      in.local_bytes = local_bytes(global[i], sig.in[i], parts);
+      if (is_stored(inputs[i])) {
+        in.holding = inputs[i].requires_grad() ? Holding::kParameter : Holding::kBuffer;
+        in.gather = d->gather && sig.in[i].replicated() && d->placement.split();
+        if (in.gather) in.local_bytes = local_bytes(global[i], d->placement, parts);
+        in.have = in.gather ? d->placement : sig.in[i];
+      }
+      o.in.push_back(in);
+      local_in.push_back(TensorDesc{partition::local_shape(global[i].shape, sig.in[i], parts, 0), global[i].dtype});
+    }
+    for (size_t j = 0; j < out_global.size(); ++j) {
+      const Placement p = j < sig.out.size() ? sig.out[j] : Placement::R();
+      local_out.push_back(TensorDesc{partition::local_shape(out_global[j].shape, p, parts, 0), out_global[j].dtype});
+      o.out.push_back(OutputTerm{p, static_cast<double>(out_global[j].bytes()), static_cast<double>(local_out.back().bytes())});
+    }
+    const OpCost c = op.cost(local_in, local_out);
+    o.flops = c.flops;
+    o.bytes = c.bytes_read + c.bytes_written;
+    o.contraction = contraction(c.flops, local_out);
+    partition::SignatureTerms terms{o.in, o.out, o.flops, o.bytes, o.contraction};
+    auto br = partition::signature_breakdown(terms, ctx);
+    if (!br.ok()) return;
+    o.b = *br;
+    o.forward_us = partition::forward_us(terms, ctx).value_or(kInf);
+    o.sig = sig.str();
+    ReportRow row;
+    row.op = op.name();
+    row.family = op.name();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      absl::StrAppend(&row.inputs, i ? ", " : "", partition::describe(global[i], info(inputs[i]) ? info(inputs[i])->placement : Placement::R()));
+    }
+    row.options.push_back(std::move(o));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      row_index = rows_.size();
+      rows_.push_back(std::move(row));
+    }
+    auto d = std::make_unique<Decision>();
+    d->report_row = row_index;
+    cache_.emplace(std::move(k), std::move(d));
+    ++fig_.decisions;
+    if (opts_.report && g_.index == 0) {
+      std::FILE* out = opts_.report_to ? opts_.report_to : stdout;
+      std::fputs(print_row(rows_.back(), false).c_str(), out);
+      std::fflush(out);
+    }
+  }
+  if (iteration_ >= 1) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      ++rows_[row_index].dispatches;
+    }
+    measure(row_index, ids);
+  }
+}
+
+void Planner::measure(size_t row, std::span<const uint64_t> ids) {
+  if (iteration_ < 1) return;
+  std::lock_guard<std::mutex> l(mu_);
+  for (uint64_t id : ids) {
+    if (id != 0) measuring_[id] = row;
+  }
+}
+
+void Planner::observe(const OpDef& op, std::span<const TensorDesc> in, std::span<const TensorDesc> out,
+                      std::span<const uint64_t> out_ids, double us) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (sampling_ && us > 0) {
+    const OpCost c = op.cost(in, out);
+    samples_[op.name()].push_back({c.flops, c.bytes_read + c.bytes_written, us});
+  }
+  bool counted = false;  // one op, one time, however many of its outputs are measured
+  for (uint64_t id : out_ids) {
+    auto it = measuring_.find(id);
+    if (it == measuring_.end()) continue;
+    if (!counted && it->second < rows_.size()) {
+      rows_[it->second].measured_us += us;
+      ++rows_[it->second].measured_ops;
+      counted = true;
+    }
+    measuring_.erase(it);
+  }
+}
+
+absl::Status Planner::end_iteration(Interpreter& interp) {
+  ++iteration_;
+  if (iteration_ == 1 && opts_.warmup_iterations > 1) {
+    MTC_RETURN_IF_ERROR(interp.sync());
+    std::lock_guard<std::mutex> l(mu_);
+    sampling_ = true;
+  }
+  if (iteration_ != opts_.warmup_iterations) return absl::OkStatus();
+  MTC_RETURN_IF_ERROR(interp.sync());  // every op of the warm-up observed
+  std::string text;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    sampling_ = false;
+    if (g_.index == 0) {
+      std::vector<partition::RateSample> all;
+      std::vector<std::string> names;
+      for (const auto& [name, s] : samples_) names.push_back(name);
+      std::sort(names.begin(), names.end());
+      for (const std::string& name : names) {
+        const auto& s = samples_[name];
+        all.insert(all.end(), s.begin(), s.end());
+        if (s.size() < 3) continue;
+        absl::StatusOr<partition::Rates> r = partition::fit_rates(s);
+        if (r.ok()) absl::StrAppendFormat(&text, "%s %a %a %a\n", name, r->flops_per_us, r->bytes_per_us, r->overhead_us);
+      }
+      if (!all.empty()) {
+        absl::StatusOr<partition::Rates> r = partition::fit_rates(all);
+        if (r.ok()) absl::StrAppendFormat(&text, "* %a %a %a\n", r->flops_per_us, r->bytes_per_us, r->overhead_us);
+      }
+    }
+    samples_.clear();
+  }
+  // Rank 0's rates to every rank: the same inputs give the same decisions.
+  if (g_.parts > 1) {
+    NoGradGuard no_grad;
+    int32_t len = g_.index == 0 ? static_cast<int32_t>(text.size()) : 0;
+    Tensor lt = interp.put(TensorDesc{Shape{1}, DType::kI32}, &len);
+    MTC_ASSIGN_OR_RETURN(std::vector<int32_t> lens, dist::all_gather(lt, g_.comm).to_vector_i32());
+    const int32_t n = lens[0];
+    std::vector<int32_t> buf(static_cast<size_t>((n + 3) / 4 + 1), 0);
+    if (g_.index == 0) std::memcpy(buf.data(), text.data(), text.size());
+    Tensor bt = interp.put(TensorDesc{Shape{static_cast<int64_t>(buf.size())}, DType::kI32}, buf.data());
+    MTC_ASSIGN_OR_RETURN(std::vector<int32_t> got, dist::all_gather(bt, g_.comm).to_vector_i32());
+    text.assign(reinterpret_cast<const char*>(got.data()), static_cast<size_t>(n));
+  }
+  partition::RateTable table(opts_.initial_rates);
+  int families = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    if (f.size() != 4) continue;
+    partition::Rates r{std::strtod(f[1].c_str(), nullptr), std::strtod(f[2].c_str(), nullptr),
+                       std::strtod(f[3].c_str(), nullptr)};
+    if (f[0] == "*") {
+      table = partition::RateTable(r);
+    } else {
+      ++families;
+    }
+  }
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    if (f.size() != 4 || f[0] == "*") continue;
+    table.set(f[0], partition::Rates{std::strtod(f[1].c_str(), nullptr), std::strtod(f[2].c_str(), nullptr),
+                                     std::strtod(f[3].c_str(), nullptr)});
+  }
+  rates_ = std::move(table);
+  fitted_ = true;
+  fig_.fitted = true;
+  fig_.families = families;
+  // Each decision is made again at the fitted rates; settled parameters move only when it pays.
+  cache_.clear();
+  std::lock_guard<std::mutex> l(mu_);
+  rows_.clear();
+  measuring_.clear();
+  return absl::OkStatus();
+}
+
+AutoFigures Planner::figures() const { return fig_; }
+
+std::string Planner::print_row(const ReportRow& r, bool final_rates) const {
+  std::string s = absl::StrFormat("dtp: decision %s on %s (room %.1f MiB)\n", r.op, r.inputs,
+                                  std::isfinite(r.room_bytes) ? r.room_bytes / (1 << 20) : -1.0);
+  absl::StrAppendFormat(&s, "dtp:   %-44s %12s %12s %10s %10s\n", "signature", "pred_us", "pred_fwd_us", "MiB", "note");
+  for (size_t i = 0; i < r.options.size(); ++i) {
+    const ReportRow::Option& o = r.options[i];
+    double t = o.b.total().time_us, f = o.forward_us;
+    if (final_rates) {
+      const partition::OpContext ctx = context(r.family);
+      partition::SignatureTerms terms{o.in, o.out, o.flops, o.bytes, o.contraction};
+      if (auto b = partition::signature_breakdown(terms, ctx); b.ok()) t = b->total().time_us;
+      f = partition::forward_us(terms, ctx).value_or(kInf);
+    }
+    absl::StrAppendFormat(&s, "dtp: %s %-44s %12.1f %12.1f %10.2f %10s\n", i == r.chosen ? "*" : " ", o.sig, t, f,
+                          o.b.total().bytes / (1 << 20), !o.fits ? "over" : (o.move ? "move" : ""));
+  }
+  return s;
+}
+
+std::string Planner::summary() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string s = absl::StrFormat(
+      "dtp summary: %zu decisions, %" PRIu64 " cache hits, %" PRIu64 " settled, %" PRIu64
+      " moved, rates %s (%d families)\n",
+      rows_.size(), fig_.hits, fig_.settled, fig_.moves, fitted_ ? "fitted" : "default", fig_.families);
+  absl::StrAppendFormat(&s, "dtp summary: %-5s %-14s %-44s %12s %12s %8s  %s\n", "row", "op", "signature",
+                        "pred_fwd_us", "meas_fwd_us", "calls", "inputs");
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const ReportRow& r = rows_[i];
+    const ReportRow::Option& o = r.options[r.chosen];
+    const partition::OpContext ctx = context(r.family);
+    partition::SignatureTerms terms{o.in, o.out, o.flops, o.bytes, o.contraction};
+    const double f = partition::forward_us(terms, ctx).value_or(kInf);
+    const double meas = r.dispatches > 0 ? r.measured_us / static_cast<double>(r.dispatches) : 0;
+    absl::StrAppendFormat(&s, "dtp summary: %-5zu %-14s %-44s %12.1f %12.1f %8" PRIu64 "  %s\n", i, r.op, o.sig, f,
+                          meas, r.dispatches, r.inputs);
+  }
+  return s;
+}
+
+// ---- the public API ----
+
+absl::Status enable_auto(nn::Module& net, const Group& g, AutoOptions o) {
+  if (g == nullptr) return absl::InvalidArgumentError("dtp::enable_auto: no partition group");
+  if (!(o.lambda >= 0 && o.lambda <= 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat("--dtp_lambda %g: expected a number in [0, 1]", o.lambda));
+  }
+  if (o.warmup_iterations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("dtp warm-up of ", o.warmup_iterations, " iterations: expected >= 1"));
+  }
+  auto planner = std::make_shared<Planner>(*g, o);
+  if (o.choose) {
+    for (Tensor& t : net.parameters()) {
+      if (t.global()) {
+        return absl::FailedPreconditionError(absl::StrCat("dtp::enable_auto: ", partition::describe(t.desc(), placement(t)),
+                                                          " is placed already (auto places the model itself)"));
+      }
+    }
+    auto place_all = [&](nn::NamedTensors ts) -> absl::Status {
+      for (auto& [name, t] : ts) {
+        if (t.global()) continue;
+        const Placement p = partition::splittable(t.shape(), 0, g->parts) && !t.shape().empty() ? Placement::S(0)
+                                                                                                 : Placement::R();
+        MTC_RETURN_IF_ERROR(restore(t, p, /*gather=*/false, /*unsettled=*/true, g));
+        planner->register_stored(t);
+      }
+      return absl::OkStatus();
+    };
+    MTC_RETURN_IF_ERROR(place_all(net.named_parameters()));
+    MTC_RETURN_IF_ERROR(place_all(net.named_buffers()));
+  } else {
+    for (Tensor& t : net.parameters()) planner->register_stored(t);
+  }
+  Interpreter* interp = nullptr;
+  for (Tensor& t : net.parameters()) {
+    interp = t.interpreter();
+    break;
+  }
+  planner->set_interpreter(interp);
+  if (interp != nullptr) {
+    std::weak_ptr<Planner> w = planner;
+    MTC_RETURN_IF_ERROR(interp->set_op_observer([w](const OpDef& op, std::span<const TensorDesc> in,
+                                                    std::span<const TensorDesc> out, std::span<const uint64_t> ids,
+                                                    double us) {
+      if (auto p = w.lock()) p->observe(op, in, out, ids, us);
+    }));
+  }
+  g->planner = std::move(planner);
+  return absl::OkStatus();
+}
+
+absl::Status end_iteration(const Group& g) {
+  if (g == nullptr || g->planner == nullptr) return absl::OkStatus();
+  Interpreter* interp = g->planner->interpreter();
+  if (interp == nullptr) return absl::OkStatus();  // a model without parameters: nothing measured
+  return g->planner->end_iteration(*interp);
+}
+
+AutoFigures auto_figures(const Group& g) {
+  return g && g->planner ? g->planner->figures() : AutoFigures{};
+}
+
+std::string auto_summary(const Group& g) { return g && g->planner ? g->planner->summary() : std::string(); }
+
+}  // namespace mtc::dtp

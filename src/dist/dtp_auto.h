@@ -1,0 +1,124 @@
+// DTP's run-time choice (--dtp=auto, docs/dtp.md "Choosing at run time"): the planner a
+// partition group carries. For each op the dispatch issues it prices every signature of
+// the op with partition/cost.h (its shards' cost through the fitted rates, conversions
+// and collectives through the alpha-beta model, the rank's bytes against the budget),
+// chooses one by lambda, caches the choice by (op, attributes, global input shapes, input
+// placements), settles the parameters it touches for the first time, and keeps the
+// figures the report prints. The dispatch (dtp.cc) calls decide(); the rest is here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "dist/dtp.h"
+#include "partition/cost.h"
+
+namespace mtc::dtp {
+
+// Action: what a decision does to one input before the op runs.
+enum class Action : uint8_t {
+  kConvert = 0,  // an activation: converted have -> the signature's placement (or nothing)
+  kDirect = 1,   // stored, used as held
+  kGather = 2,   // stored S(0), all_gathered for this use (P2)
+  kSettle = 3,   // stored and unsettled: placed for good at `place` (then used, or gathered)
+  kMove = 4,     // stored and settled elsewhere: moved to `place` (with its optimizer state)
+};
+
+// Decision: the cached outcome for one (op, attributes, shapes, placements).
+struct Decision {
+  partition::Signature sig;
+  absl::InlinedVector<Action, 4> action;
+  absl::InlinedVector<partition::Placement, 4> place;  // kSettle / kMove: the new storage
+  absl::InlinedVector<bool, 4> gather_after;           // kSettle: stored S(0) and gathered per use
+  partition::Mode mode = partition::Mode::kNone;       // as counted: a gathered p1 counts p2
+  size_t report_row = 0;                               // index into the planner's rows
+};
+
+// Row: one decision as the report prints it.
+struct ReportRow {
+  std::string op;      // "matmul"
+  std::string inputs;  // "f32[8,64,768] S(0), f32[768,2304] R"
+  struct Option {
+    std::string sig;           // "(S(0), R) -> S(0) [p1]", "+gather" when gathered
+    partition::ModeBreakdown b;
+    double forward_us = 0;
+    bool fits = true;
+    bool move = false;
+    std::vector<partition::InputTerm> in;   // kept so the summary prices them at the final rates
+    std::vector<partition::OutputTerm> out;
+    double flops = 0, bytes = 0;
+    bool contraction = false;
+  };
+  std::vector<Option> options;
+  size_t chosen = 0;
+  std::string family;            // the rates' family (the op's name)
+  double measured_us = 0;        // the op and its conversions, summed over dispatches measured
+  uint64_t measured_ops = 0;     // ops observed for it
+  uint64_t dispatches = 0;       // dispatches counted while measuring
+  double room_bytes = 0;         // the budget left for it when decided
+};
+
+class Planner {
+ public:
+  Planner(const ShardContext& g, AutoOptions o);
+  // decide: the decision for op on these inputs (cached), or an error naming the op.
+  // `stored` and `have` as the dispatch sees them.
+  absl::StatusOr<const Decision*> decide(const OpDef& op, std::span<const Tensor> inputs,
+                                         std::span<const TensorDesc> global, int parts);
+  // price: a row for a signature chosen elsewhere (a forced mode), for the report only.
+  void note_forced(const OpDef& op, std::span<const Tensor> inputs, std::span<const TensorDesc> global,
+                   const partition::Signature& sig, int parts, std::span<const uint64_t> ids_to_measure);
+  // measure: the local ops issued for a decision's row (their output ids), timed by the
+  // observer.
+  void measure(size_t row, std::span<const uint64_t> ids);
+  // observe: the interpreter's OpObserver.
+  void observe(const OpDef& op, std::span<const TensorDesc> in, std::span<const TensorDesc> out,
+               std::span<const uint64_t> out_ids, double us);
+  // end_iteration: counts iterations; at the end of the warm-up fits the rates on rank 0,
+  // broadcasts them, and clears the decisions (each is made again at the fitted rates).
+  absl::Status end_iteration(Interpreter& interp);
+  // settle_stored / ledger.
+  void register_stored(const Tensor& t);
+  AutoFigures figures() const;
+  std::string summary() const;
+  const AutoOptions& options() const { return opts_; }
+  bool choosing() const { return opts_.choose; }
+  // apply: a decision's settles and moves (collective), before the op's conversions.
+  absl::Status apply(const Decision& d, std::span<const Tensor> inputs, std::span<const TensorDesc> global);
+  void set_interpreter(Interpreter* i) { interp_ = i; }
+  Interpreter* interpreter() const { return interp_; }
+
+ private:
+  struct Built;  // one option's figures while deciding
+  std::string key(const OpDef& op, std::span<const Tensor> inputs, std::span<const TensorDesc> global) const;
+  partition::OpContext context(const std::string& family) const;
+  std::string print_row(const ReportRow& r, bool final_rates) const;
+
+  const ShardContext& g_;
+  Interpreter* interp_ = nullptr;
+  AutoOptions opts_;
+  partition::RateTable rates_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Decision>> cache_;
+  std::vector<ReportRow> rows_;
+  // The ledger: each stored tensor's state bytes on this rank at its placement.
+  absl::flat_hash_map<const TensorRef*, double> ledger_;
+  double ledger_total_ = 0;
+  // The ops (name, attributes, shapes, input position) that use each stored tensor.
+  absl::flat_hash_map<const TensorRef*, absl::flat_hash_set<std::string>> users_;
+  int iteration_ = 0;
+  bool fitted_ = false;
+  AutoFigures fig_;
+  // Written by the observer (worker thread).
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::string, std::vector<partition::RateSample>> samples_;
+  absl::flat_hash_map<uint64_t, size_t> measuring_;  // output id -> row
+  bool sampling_ = false;
+};
+
+}  // namespace mtc::dtp
