@@ -110,6 +110,9 @@ ABSL_FLAG(bool, comm_check, false, "check that every rank passes matching argume
 ABSL_FLAG(std::string, dtp, "off",
           "dynamic tensor partition over the ranks: off (data parallel) | p1 | p2 | p3 | p4, one mode for every op "
           "that has it | auto, each op's mode chosen by the cost model as it is issued (docs/dtp.md)");
+ABSL_FLAG(FlagText, dtp_group, {"0"},
+          "DTP over groups of this many ranks with data parallel across the groups (a divisor of the ranks; "
+          "0: all ranks in one group)");
 ABSL_FLAG(FlagText, dtp_lambda, {"0.1"},
           "--dtp=auto: weight of memory against time in [0, 1] (0: fastest mode that fits, 1: smallest)");
 ABSL_FLAG(bool, dtp_report, false,
@@ -210,6 +213,7 @@ struct Flags {
   bool dtp_auto = false, dtp_report = false;
   double dtp_lambda = 0.1;
   std::string dtp_comm, dtp_comm_text;
+  int dtp_group = 0;  // ranks per partition group (0: all)
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
   std::string fail_mode;
@@ -381,6 +385,12 @@ Flags read_flags() {
     if (auto m = partition::CollectiveModel::from_bench_json(f.dtp_comm_text, partition::CollectiveModel{}); !m.ok()) {
       fail(kBadValue, absl::StrCat("--dtp_comm ", f.dtp_comm, ": ", m.status().message()));
     }
+  }
+  f.dtp_group = value_or_exit(int_flag("dtp_group", absl::GetFlag(FLAGS_dtp_group), 0));
+  if (cli::given("dtp_group") && !any_dtp) fail(kBadValue, "--dtp_group without --dtp: expected --dtp=auto or p1..p4");
+  if (f.dtp_group == 0) f.dtp_group = g_world.size;
+  if (any_dtp && g_world.size % f.dtp_group != 0) {
+    fail(kBadValue, absl::StrCat("--dtp_group=", f.dtp_group, ": expected a divisor of the ", g_world.size, " ranks"));
   }
   if (cli::given("dtp_lambda") && !f.dtp_auto) fail(kBadValue, "--dtp_lambda without --dtp=auto: expected --dtp=auto");
   f.dtp_report = absl::GetFlag(FLAGS_dtp_report);
@@ -568,10 +578,16 @@ int run(const Flags& f, Input input) {
   }
   if (f.sync_bn) dist::convert_sync_batch_norm(*model.net, comm);
   std::unique_ptr<dist::DataParallel> dp;
-  dtp::Group group;  // DTP's partition group: every rank
+  dtp::Group group;  // DTP's partition group: every rank, or --dtp_group's
+  dtp::Mesh mesh;    // the groups, and data parallel across them
   std::unique_ptr<dtp::GradReducer> reducer;
   if (f.dtp != dtp::Mode::kNone || f.dtp_auto) {
-    group = dtp::make_group(comm, f.comm_check);
+    if (comm != nullptr) {
+      mesh = value_or_exit(dtp::make_mesh(comm, f.dtp_group, f.comm_check));
+    } else {
+      mesh.group = dtp::make_group(nullptr, f.comm_check);
+    }
+    group = mesh.group;
     // The planner's settings: the rank's memory (the DTE budget, else the compute region,
     // with the comm region the gradients go to), the optimizer's state per parameter, and
     // the collectives' model (the backend's defaults, or mtc-bench-comm's fit).
@@ -584,6 +600,7 @@ int run(const Flags& f, Input input) {
         rt.device().comm_region().capacity());
     ao.optimizer_states = f.optimizer == "adamw" ? 2 : f.momentum > 0 ? 1 : 0;
     ao.step_family = f.optimizer == "adamw" ? "adamw_step" : "sgd_step";
+    ao.world = comm;  // rank 0's fitted rates reach every group alike
     ao.comm = comm != nullptr && comm->backend() == comm::Backend::kNccl ? partition::CollectiveModel::nccl_default()
                                                                          : partition::CollectiveModel::mpi_cpu_default();
     if (!f.dtp_comm_text.empty()) {
@@ -605,7 +622,7 @@ int run(const Flags& f, Input input) {
       if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
         fail(kFailure, absl::StrCat("placing the parameters for --dtp: ", s.message()));
       }
-      reducer = value_or_exit(dtp::GradReducer::create(*model.net, group, f.bucket_bytes));
+      reducer = value_or_exit(dtp::GradReducer::create(*model.net, mesh, f.bucket_bytes));
       out("dtp: mode %s over %d ranks: %d modules placed, %d kept p1; parameters %s of %s on each rank, %d of them "
           "replicated (gradients summed over the ranks)\n",
           partition::mode_name(f.dtp), dtp::group_size(group), sf.modules, sf.kept_replicated,
@@ -701,28 +718,26 @@ int run(const Flags& f, Input input) {
   // The gradient all-reduce: data parallel's, or under DTP the one of the replicated
   // parameters.
   auto dpp = [&]() -> dist::DataParallel* { return dp ? dp.get() : reducer ? reducer->data_parallel() : nullptr; };
-  // --dtp=auto: the forward settles where each parameter lives (and, after the rate fit, a
-  // decision may move one), so the reducer over the Replicated ones is made once the
-  // forward is issued, again whenever a placement changed.
-  uint64_t placements_seen = ~uint64_t{0};
-  std::function<absl::StatusOr<dist::DataParallel*>()> after_forward;
-  if (f.dtp_auto) {
-    after_forward = [&]() -> absl::StatusOr<dist::DataParallel*> {
-      const dtp::AutoFigures a = dtp::auto_figures(group);
-      if (reducer == nullptr || a.settled + a.moves != placements_seen) {
-        reducer.reset();  // its hooks go before the new one sets its own
-        MTC_ASSIGN_OR_RETURN(reducer, dtp::GradReducer::create(*model.net, group, f.bucket_bytes));
-        placements_seen = a.settled + a.moves;
+  // Under DTP the reducer finishes the gradients (the Replicated ones' buckets and, on a
+  // mesh, the ones across groups). Under --dtp=auto the forward settles where each
+  // parameter lives (and after the rate fit a decision may move one): the reducer follows
+  // once the forward is issued.
+  models::StepHooks hooks;
+  if (group != nullptr) {
+    hooks.finish = [&] { reducer->finish(); };
+    hooks.after_forward = [&]() -> absl::Status {
+      if (reducer == nullptr) {
+        MTC_ASSIGN_OR_RETURN(reducer, dtp::GradReducer::create(*model.net, mesh, f.bucket_bytes));
+        return absl::OkStatus();
       }
-      return reducer->data_parallel();
+      return reducer->refresh(*model.net);
     };
   }
-  // device_batch: the rank's rows on the device; under DTP the global batch Split(0).
   auto device_batch = [&](const data::HostBatch& h) {
     data::Batch b = data::to_device(h);
     if (group == nullptr) return b;
     Shape gi = b.images.shape(), gl = b.labels.shape();
-    gi[0] = gl[0] = f.batch;
+    gi[0] = gl[0] = f.batch / (mesh.groups > 0 ? mesh.groups : 1);  // the group's part of the batch
     b.images = dtp::distribute(b.images, gi, dtp::Placement::S(0), group);
     b.labels = dtp::distribute(b.labels, gl, dtp::Placement::S(0), group);
     return b;
@@ -742,12 +757,18 @@ int run(const Flags& f, Input input) {
     inject_failure(f, it);
     g_pending_trace.clear();  // training has started: a failure from here leaves FILE.partial
     rt.interpreter().mark("iteration", it);
-    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, device_batch(host), dpp(), after_forward);
+    absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, device_batch(host), dpp(), group ? &hooks : nullptr);
     if (!loss.ok()) iteration_failed(it, loss.status());
     // The loss of the global batch: the mean of the ranks' means (equal shares); under
     // DTP the loss is a global tensor already.
     Tensor global_loss = dp != nullptr ? dist::all_reduce(loss->detach(), dist::Reduce::kAvg, comm) : *loss;
     absl::StatusOr<float> l = global_loss.item();  // synchronises: the iteration has run
+    if (l.ok() && mesh.groups > 1) {  // on a mesh each group's loss is its part's: the mean over the groups
+      NoGradGuard no_grad;
+      const float mine = *l;
+      l = dist::all_reduce(rt.interpreter().put(TensorDesc{Shape{1}, DType::kF32}, &mine), dist::Reduce::kAvg,
+                           mesh.across).item();
+    }
     if (!l.ok()) iteration_failed(it, l.status());
     if (absl::Status s = dtp::end_iteration(group); !s.ok()) iteration_failed(it, s);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -842,11 +863,12 @@ int run(const Flags& f, Input input) {
     double all_sec = 0;
     for (double s : seconds) all_sec += s;
     out("dtp planner: decisions=%llu cache_hits=%llu settled=%llu moved=%llu decide_sec=%.6f decide_share=%.5f "
-        "decide_us_per_call=%.3f rates=%s fitted_families=%d\n",
+        "decide_us_per_call=%.3f hit_us_per_call=%.3f rates=%s fitted_families=%d\n",
         static_cast<unsigned long long>(a.decisions), static_cast<unsigned long long>(a.hits),
         static_cast<unsigned long long>(a.settled), static_cast<unsigned long long>(a.moves), a.decide_us * 1e-6,
         all_sec > 0 ? a.decide_us * 1e-6 / all_sec : 0.0,
         a.decisions + a.hits > 0 ? a.decide_us / static_cast<double>(a.decisions + a.hits) : 0.0,
+        a.hits > 0 ? a.hit_us / static_cast<double>(a.hits) : 0.0,
         a.fitted ? "fitted" : "default", a.families);
     if (f.dtp_report && g_world.rank == 0) std::fputs(dtp::auto_summary(group).c_str(), stdout);
   }

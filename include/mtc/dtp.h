@@ -96,6 +96,8 @@ struct AutoOptions {
   bool report = false;           // --dtp_report: a table per new decision and in the summary
   std::FILE* report_to = nullptr;  // where rank 0 prints it (stdout when null)
   partition::CollectiveModel comm;  // the collectives' alpha-beta model
+  dist::CommPtr world;           // rank 0's fitted rates go over it (default: the group's); a
+                                 // mesh's groups must all decide alike
   partition::Rates initial_rates = partition::Rates::cpu_default();  // before the fit
 };
 
@@ -106,6 +108,7 @@ struct AutoFigures {
   uint64_t settled = 0;     // stored tensors placed by a first decision
   uint64_t moves = 0;       // stored tensors moved by a later one
   double decide_us = 0;     // time in decide(), misses and hits, microseconds
+  double hit_us = 0;        // of which in cache hits (the lookup, key included)
   bool fitted = false;      // the rates were fitted to measured op times
   int families = 0;         // op families with their own fitted rates
 };

@@ -258,11 +258,15 @@ Tensor cross_entropy_loss(const Tensor& logits, const Tensor& labels);
 // train_step: one training iteration on a classification or language-model batch:
 // zero_grad, forward, cross_entropy_loss, backward, optimizer step. Returns the loss without waiting for it:
 // loss.item() synchronises and reports any failure inside the iteration. With `dp`, the
-// gradients are averaged over the ranks (dp->finish()) before the step. With
-// `after_forward` (DTP's auto mode, whose forward settles where each parameter lives),
-// the data parallel to finish is the one it returns once the forward is issued.
+// gradients are averaged over the ranks (dp->finish()) before the step. A caller whose
+// gradient reduction is its own (DTP) passes hooks: after_forward runs once the forward is
+// issued (under --dtp=auto the forward settles where each parameter lives, and the
+// reducer follows), and finish runs after the backward instead of dp->finish().
+struct StepHooks {
+  std::function<absl::Status()> after_forward;
+  std::function<void()> finish;
+};
 absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch,
-                                  dist::DataParallel* dp = nullptr,
-                                  const std::function<absl::StatusOr<dist::DataParallel*>()>& after_forward = nullptr);
+                                  dist::DataParallel* dp = nullptr, const StepHooks* hooks = nullptr);
 
 }  // namespace mtc::models

@@ -100,11 +100,13 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   std::string k = key(op, inputs, global);
   if (auto it = cache_.find(k); it != cache_.end()) {
     ++fig_.hits;
+    const double us = elapsed_us(t0);
+    fig_.hit_us += us;
     if (opts_.report && iteration_ >= 1) {
       std::lock_guard<std::mutex> l(mu_);
       ++rows_[it->second->report_row].dispatches;
     }
-    fig_.decide_us += elapsed_us(t0);
+    fig_.decide_us += us;
     return it->second.get();
   }
   partition::SignatureList sigs;
@@ -156,7 +158,8 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
         Placement place = want;
         bool gather_after = false;
         const bool written = (op.mutates_inputs() >> i) & 1;
-        if (written && !(in.have == want)) {
+        // A tensor the op writes in place is used where it is (an unsettled one settles first).
+        if (written && !(in.have == want) && !(d != nullptr && d->unsettled)) {
           valid = false;  // a tensor the op writes in place is used where it is
           break;
         }
@@ -439,7 +442,7 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
   {
     std::lock_guard<std::mutex> l(mu_);
     sampling_ = false;
-    if (g_.index == 0) {
+    if (opts_.world ? opts_.world->rank() == 0 : g_.index == 0) {
       std::vector<partition::RateSample> all;
       std::vector<std::string> names;
       for (const auto& [name, s] : samples_) names.push_back(name);
@@ -459,16 +462,18 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
     samples_.clear();
   }
   // Rank 0's rates to every rank: the same inputs give the same decisions.
-  if (g_.parts > 1) {
+  const dist::CommPtr& over = opts_.world ? opts_.world : g_.comm;
+  const bool is_root = over ? over->rank() == 0 : true;
+  if (over != nullptr && over->world_size() > 1) {
     NoGradGuard no_grad;
-    int32_t len = g_.index == 0 ? static_cast<int32_t>(text.size()) : 0;
+    int32_t len = is_root ? static_cast<int32_t>(text.size()) : 0;
     Tensor lt = interp.put(TensorDesc{Shape{1}, DType::kI32}, &len);
-    MTC_ASSIGN_OR_RETURN(std::vector<int32_t> lens, dist::all_gather(lt, g_.comm).to_vector_i32());
+    MTC_ASSIGN_OR_RETURN(std::vector<int32_t> lens, dist::all_gather(lt, over).to_vector_i32());
     const int32_t n = lens[0];
     std::vector<int32_t> buf(static_cast<size_t>((n + 3) / 4 + 1), 0);
-    if (g_.index == 0) std::memcpy(buf.data(), text.data(), text.size());
+    if (is_root) std::memcpy(buf.data(), text.data(), text.size());
     Tensor bt = interp.put(TensorDesc{Shape{static_cast<int64_t>(buf.size())}, DType::kI32}, buf.data());
-    MTC_ASSIGN_OR_RETURN(std::vector<int32_t> got, dist::all_gather(bt, g_.comm).to_vector_i32());
+    MTC_ASSIGN_OR_RETURN(std::vector<int32_t> got, dist::all_gather(bt, over).to_vector_i32());
     text.assign(reinterpret_cast<const char*>(got.data()), static_cast<size_t>(n));
   }
   partition::RateTable table(opts_.initial_rates);

@@ -8,18 +8,19 @@
 namespace mtc::models {
 
 absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const data::Batch& batch,
-                                  dist::DataParallel* dp,
-                                  const std::function<absl::StatusOr<dist::DataParallel*>()>& after_forward) {
+                                  dist::DataParallel* dp, const StepHooks* hooks) {
   Interpreter* interp = batch.images.interpreter();  // trace marks; free when not tracing
   opt.zero_grad();
   interp->mark("forward");
   Tensor loss = cross_entropy_loss(net.forward(batch.images), batch.labels);
-  if (after_forward) {
-    MTC_ASSIGN_OR_RETURN(dp, after_forward());
-  }
+  if (hooks && hooks->after_forward) MTC_RETURN_IF_ERROR(hooks->after_forward());
   interp->mark("backward");
   MTC_RETURN_IF_ERROR(loss.backward());
-  if (dp != nullptr) dp->finish();
+  if (hooks && hooks->finish) {
+    hooks->finish();
+  } else if (dp != nullptr) {
+    dp->finish();
+  }
   interp->mark("step");
   opt.step();
   return loss;
