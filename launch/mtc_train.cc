@@ -376,6 +376,12 @@ Flags read_flags() {
   if (!(f.dtp_lambda >= 0 && f.dtp_lambda <= 1)) {
     fail(kBadValue, absl::StrCat("--dtp_lambda ", f.dtp_lambda, ": expected a number in [0, 1]"));
   }
+  f.dtp_report = absl::GetFlag(FLAGS_dtp_report);
+  f.dtp_comm = absl::GetFlag(FLAGS_dtp_comm);
+  if ((f.dtp_report || !f.dtp_comm.empty()) && !any_dtp) {
+    fail(kBadValue, absl::StrCat(f.dtp_report ? "--dtp_report" : "--dtp_comm",
+                                 " without --dtp: expected --dtp=auto or p1..p4"));
+  }
   if (!f.dtp_comm.empty()) {  // read and checked before anything starts
     std::ifstream in(f.dtp_comm);
     std::stringstream text;
@@ -393,12 +399,6 @@ Flags read_flags() {
     fail(kBadValue, absl::StrCat("--dtp_group=", f.dtp_group, ": expected a divisor of the ", g_world.size, " ranks"));
   }
   if (cli::given("dtp_lambda") && !f.dtp_auto) fail(kBadValue, "--dtp_lambda without --dtp=auto: expected --dtp=auto");
-  f.dtp_report = absl::GetFlag(FLAGS_dtp_report);
-  f.dtp_comm = absl::GetFlag(FLAGS_dtp_comm);
-  if ((f.dtp_report || !f.dtp_comm.empty()) && !any_dtp) {
-    fail(kBadValue, absl::StrCat(f.dtp_report ? "--dtp_report" : "--dtp_comm",
-                                 " without --dtp: expected --dtp=auto or p1..p4"));
-  }
   if (any_dtp && f.sync_bn) {
     fail(kBadValue, "--sync_bn with --dtp: under DTP batch norm over a split batch is synchronised already; "
                     "expected one of the two");
@@ -622,7 +622,8 @@ int run(const Flags& f, Input input) {
       if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
         fail(kFailure, absl::StrCat("placing the parameters for --dtp: ", s.message()));
       }
-      reducer = value_or_exit(dtp::GradReducer::create(*model.net, mesh, f.bucket_bytes));
+      reducer = value_or_exit(mesh.world ? dtp::GradReducer::create(*model.net, mesh, f.bucket_bytes)
+                                         : dtp::GradReducer::create(*model.net, group, f.bucket_bytes));
       out("dtp: mode %s over %d ranks: %d modules placed, %d kept p1; parameters %s of %s on each rank, %d of them "
           "replicated (gradients summed over the ranks)\n",
           partition::mode_name(f.dtp), dtp::group_size(group), sf.modules, sf.kept_replicated,
@@ -727,7 +728,8 @@ int run(const Flags& f, Input input) {
     hooks.finish = [&] { reducer->finish(); };
     hooks.after_forward = [&]() -> absl::Status {
       if (reducer == nullptr) {
-        MTC_ASSIGN_OR_RETURN(reducer, dtp::GradReducer::create(*model.net, mesh, f.bucket_bytes));
+        MTC_ASSIGN_OR_RETURN(reducer, mesh.world ? dtp::GradReducer::create(*model.net, mesh, f.bucket_bytes)
+                                                 : dtp::GradReducer::create(*model.net, group, f.bucket_bytes));
         return absl::OkStatus();
       }
       return reducer->refresh(*model.net);

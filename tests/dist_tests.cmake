@@ -53,7 +53,7 @@ foreach(script dp_equivalence dp_failure)
   set_tests_properties(${script} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
 endforeach()
 # dtp_mpitest: DTP's dispatch, pins, sharding and the placement check, on 1 to 4 ranks;
-# dtp_equivalence.sh: every forced mode of mtc-train against one rank, one test per model.
+# dtp_equivalence.sh: every forced mode, auto and a mesh of mtc-train against one rank, one test per model.
 add_executable(dtp_mpitest dtp_mpitest.cc)
 target_include_directories(dtp_mpitest PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(dtp_mpitest PRIVATE mtc GTest::gtest MPI::MPI_CXX)
@@ -67,6 +67,16 @@ foreach(model mlp resnet20 vgg16 gpt)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dtp_equivalence.sh $<TARGET_FILE:mtc-train>
                    ${MPIEXEC_EXECUTABLE} ${model})
   set_tests_properties(dtp_equivalence_${model} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 1200)
+endforeach()
+# dtp_auto_mpitest: --dtp=auto's planner (equal to one rank, settling, the cache, the
+# budget, decisions compared under comm_check), on 1 to 4 ranks.
+add_executable(dtp_auto_mpitest dtp_auto_mpitest.cc)
+target_include_directories(dtp_auto_mpitest PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(dtp_auto_mpitest PRIVATE mtc GTest::gtest MPI::MPI_CXX)
+foreach(np 1 2 3 4)
+  add_test(NAME dtp_auto_mpitest_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:dtp_auto_mpitest>)
+  set_tests_properties(dtp_auto_mpitest_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 300)
 endforeach()
 # dtp_mesh_mpitest: DTP's mesh (partition groups of t ranks, data parallel across them:
 # make_mesh, GradReducer over a mesh, refresh), every t dividing 1 to 4 ranks.

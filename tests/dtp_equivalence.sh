@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# DTP gives the losses of one rank: for one model, every forced mode (--dtp=p1..p4) on 2
-# and 4 ranks trains 10 iterations with the single-rank losses within a relative 1e-4,
+# DTP gives the losses of one rank: for one model, every forced mode (--dtp=p1..p4) and
+# --dtp=auto on 2 and 4 ranks, and on 4 ranks auto and p4 over a mesh of two groups of two
+# (--dtp_group=2; models without batch norm: on a mesh its statistics are each group's,
+# as data parallel's without --sync_bn), train 10 iterations with the single-rank losses within a relative 1e-4,
 # with SGD and with AdamW, without and with a DTE budget on each rank (80% of what the
 # single-rank run's peak holds beyond its parameters and optimizer state), which must
 # make that run evict (the MLP: see `share`). A
@@ -29,12 +31,12 @@ must_evict=1
 # lr_control: the control's step, at which a healthy run still agrees but the broken
 # backward parts clearly (MLP and GPT: 1.4e-4 at 1e-3, past 1e-3 at 1e-2; ResNet-20,
 # whose healthy run parts by 6.6e-4 at 1e-2, keeps 1e-3, where the broken one parts by 3.7e-3).
-lr_sgd=0.001 lr_adamw=0.0001 eps_adamw=1e-3 lr_control=0.01
+lr_sgd=0.001 lr_adamw=0.0001 eps_adamw=1e-3 lr_control=0.01 mesh=0
 case "$model" in
-  mlp) common=(--model=mlp --batch=16) share=100 must_evict=0 ;;
+  mlp) common=(--model=mlp --batch=16) share=100 must_evict=0 mesh=1 ;;
   resnet20) common=(--model=resnet20 --batch=32) lr_control=0.001 ;;
   vgg16) common=(--model=vgg16 --batch=4) lr_sgd=0.00001 lr_adamw=0.00001 eps_adamw=1 lr_control=0.00001 ;;
-  gpt) common=(--model=gpt --gpt_config=tiny --batch=8) ;;
+  gpt) common=(--model=gpt --gpt_config=tiny --batch=8) mesh=1 ;;
   *) echo "unknown model $model"; exit 2 ;;
 esac
 common+=(--iterations=10 --warmup=0 --log_every=1 --threads=1 --seed=5)
@@ -65,8 +67,11 @@ for opt in sgd adamw; do
       [ $must_evict = 0 ] || [ "$(evictions "$tmp/one.txt")" -gt 0 ] || { echo "the budget made no evictions"; exit 1; }
     fi
     for np in 2 4; do
-      for mode in p1 p2 p3 p4; do
+      modes=(p1 p2 p3 p4 auto)
+      if [ $np = 4 ] && [ $mesh = 1 ]; then modes+=("auto --dtp_group=2" "p4 --dtp_group=2"); fi
+      for mode in "${modes[@]}"; do
         what="$opt $b np=$np --dtp=$mode"
+        # shellcheck disable=SC2086 # mode carries its --dtp_group flag
         if ! "$mpirun" --oversubscribe -np $np "$train" "${common[@]}" "${o[@]}" "${extra[@]}" --dtp=$mode \
             >"$tmp/dtp.txt" 2>&1; then
           echo "$what: the run failed"; tail -5 "$tmp/dtp.txt"; status=1; continue

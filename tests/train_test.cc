@@ -166,6 +166,24 @@ TEST_F(MtcTrain, BadMemoryText) {
   expect_bad("--memory=lots", "--memory 'lots' is not a byte size");
   expect_bad("--memory=2XiB", "unknown unit");
 }
+TEST_F(MtcTrain, BadDtpFlags) {
+  expect_bad("--dtp=p5", "--dtp 'p5': expected off, p1, p2, p3 or p4, or auto");
+  expect_bad("--dtp=auto --dtp_lambda=1.5", "--dtp_lambda 1.5: expected a number in [0, 1]");
+  expect_bad("--dtp=p4 --dtp_lambda=0.5", "--dtp_lambda without --dtp=auto");
+  expect_bad("--dtp_report", "--dtp_report without --dtp");
+  expect_bad("--dtp_group=2", "--dtp_group without --dtp");
+  expect_bad("--dtp=auto --dtp_group=3", "--dtp_group=3: expected a divisor of the 1 ranks");
+  expect_bad("--dtp=auto --dtp_comm=/nonexistent/comm.json", "--dtp_comm /nonexistent/comm.json: cannot read");
+  const std::string bad = ::testing::TempDir() + "/dtp_comm_bad.json";
+  {
+    std::FILE* f = std::fopen(bad.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("{\"backend\": \"mpi\", \"collectives\": {}}\n", f);
+    std::fclose(f);
+  }
+  expect_bad("--dtp=auto --dtp_comm=" + bad, "expected \"world_size\": N with N >= 2");
+  std::remove(bad.c_str());
+}
 TEST_F(MtcTrain, BadDeviceAndDataPath) {
   expect_bad("--device=tpu", "expected cpu or cuda");
   expect_bad("--data=cifar10:/nonexistent/cifar", "/nonexistent/cifar");

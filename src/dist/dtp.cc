@@ -196,7 +196,7 @@ TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inp
   if (decision != nullptr) {
     // Settles and moves first (they replace the stored tensors' shards), then each input as
     // the decision says.
-    if (absl::Status s = planner->apply(*decision, inputs, global); !s.ok()) return fail(*interp, *op, s);
+    if (absl::Status s = planner->apply(*op, *decision, inputs, global); !s.ok()) return fail(*interp, *op, s);
     for (size_t i = 0; i < inputs.size(); ++i) {
       Tensor l = local(inputs[i]);
       const Placement held = placement(inputs[i]);
@@ -340,7 +340,10 @@ absl::Status restore(Tensor& t, Placement p, bool gather, bool unsettled, const 
   const TensorDesc global = t.desc();
   const Shape ls = partition::local_shape(global.shape, p, g->parts, g->index);
   std::vector<float> part;
-  if (t.global()) {
+  if (t.global() && (g->parts == 1 || placement(t) == p)) {
+    // The same data (on a group of one every placement is the whole tensor).
+    MTC_ASSIGN_OR_RETURN(part, local(t).to_vector());
+  } else if (t.global()) {
     // A move: the conversion's result, read back and put again as persistent storage.
     NoGradGuard no_grad;
     Tensor moved = dist::convert(local(t), global, placement(t), p, g->comm);

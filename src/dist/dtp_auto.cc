@@ -9,6 +9,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -54,7 +55,9 @@ bool contraction(double flops, std::span<const TensorDesc> out) {
 
 }  // namespace
 
-Planner::Planner(const ShardContext& g, AutoOptions o) : g_(g), opts_(std::move(o)), rates_(opts_.initial_rates) {}
+Planner::Planner(const ShardContext& g, AutoOptions o) : g_(g), opts_(std::move(o)), rates_(opts_.initial_rates) {
+  if (const char* e = std::getenv("MTC_TESTING_DTP_DISAGREE")) disagree_ = e;
+}
 
 partition::OpContext Planner::context(const std::string& family) const {
   partition::OpContext c;
@@ -279,7 +282,12 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
     return absl::Status(pick.status().code(), absl::StrCat("DTP --dtp=auto: ", pick.status().message(),
                                                            ": expected a larger --budget/--memory, or more ranks"));
   }
-  const size_t chosen = cand[*pick];
+  size_t chosen = cand[*pick];
+  // Testing only: MTC_TESTING_DTP_DISAGREE=<op> makes the odd ranks take another option
+  // for that op, so that --comm_check's comparison of decisions can be seen to catch it.
+  if (!disagree_.empty() && disagree_ == op.name() && g_.index % 2 == 1 && cand.size() > 1) {
+    chosen = cand[(*pick + 1) % cand.size()];
+  }
   ReportRow row;
   row.op = op.name();
   row.inputs = inputs_str;
@@ -309,8 +317,9 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   return result;
 }
 
-absl::Status Planner::apply(const Decision& d, std::span<const Tensor> inputs, std::span<const TensorDesc> global) {
-  (void)global;
+absl::Status Planner::apply(const OpDef& op, const Decision& d, std::span<const Tensor> inputs,
+                            std::span<const TensorDesc> global) {
+  bool placed = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (d.action[i] != Action::kSettle && d.action[i] != Action::kMove) continue;
     Tensor t = inputs[i];
@@ -322,6 +331,22 @@ absl::Status Planner::apply(const Decision& d, std::span<const Tensor> inputs, s
     }
     ++(d.action[i] == Action::kSettle ? fig_.settled : fig_.moves);
     register_stored(t);
+    placed = true;
+  }
+  // The same op on the inputs as they are now held (the next iteration's key) takes the
+  // same signature, using them where they are: no second decision, which the changed
+  // ledger could otherwise make differently.
+  if (placed) {
+    std::string k = key(op, inputs, global);
+    if (!cache_.contains(k)) {
+      auto again = std::make_unique<Decision>(d);
+      for (size_t i = 0; i < again->action.size(); ++i) {
+        if (again->action[i] == Action::kSettle || again->action[i] == Action::kMove) {
+          again->action[i] = again->gather_after[i] ? Action::kGather : Action::kDirect;
+        }
+      }
+      cache_.emplace(std::move(k), std::move(again));
+    }
   }
   return absl::OkStatus();
 }

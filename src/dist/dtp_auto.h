@@ -90,7 +90,9 @@ class Planner {
   const AutoOptions& options() const { return opts_; }
   bool choosing() const { return opts_.choose; }
   // apply: a decision's settles and moves (collective), before the op's conversions.
-  absl::Status apply(const Decision& d, std::span<const Tensor> inputs, std::span<const TensorDesc> global);
+  // It also caches the decision for the inputs as they are held afterwards.
+  absl::Status apply(const OpDef& op, const Decision& d, std::span<const Tensor> inputs,
+                     std::span<const TensorDesc> global);
   void set_interpreter(Interpreter* i) { interp_ = i; }
   Interpreter* interpreter() const { return interp_; }
 
@@ -119,6 +121,7 @@ class Planner {
   absl::flat_hash_map<std::string, std::vector<partition::RateSample>> samples_;
   absl::flat_hash_map<uint64_t, size_t> measuring_;  // output id -> row
   bool sampling_ = false;
+  std::string disagree_;  // MTC_TESTING_DTP_DISAGREE: testing only
 };
 
 }  // namespace mtc::dtp

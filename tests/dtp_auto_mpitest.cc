@@ -1,0 +1,187 @@
+// DTP's run-time choice (--dtp=auto: src/dist/dtp_auto.h, dtp::enable_auto) across ranks.
+// Run under mpirun with 1, 2, 3 and 4 ranks (tests/dist_tests.cmake); every rank runs
+// every test.
+//  - a small MLP whose every op's mode the planner chooses gives the outputs and the
+//    parameter gradients of one rank, and every parameter is settled by its first op;
+//  - the second forward makes no decision: every op is a cache hit;
+//  - the budget binds: with too little room for the weights whole the planner shards
+//    them, with none at all the error names the op and the budget;
+//  - under comm_check, ranks whose planners decide differently (a fault injected on
+//    purpose, MTC_TESTING_DTP_DISAGREE) stop with an error naming the op; without it the
+//    same ranks agree.
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm/communicator.h"
+#include "dist/dtp.h"
+#include "gtest/gtest.h"
+#include "mpitest_main.h"
+#include "mtc/distributed.h"
+#include "mtc/dtp.h"
+#include "mtc/interpreter.h"
+#include "mtc/nn.h"
+#include "mtc/ops.h"
+#include "mtc/runtime.h"
+
+namespace mtc {
+namespace {
+
+dist::CommPtr g_comm;
+int g_rank = 0, g_size = 1;
+
+std::vector<float> values(const Tensor& t) {
+  auto v = t.to_vector();
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : std::vector<float>();
+}
+
+std::vector<float> ramp(int64_t n, float scale, float shift) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 37 + 11) % 23 - 11) + shift;
+  return v;
+}
+
+class Mlp final : public nn::Module {
+ public:
+  Mlp(int64_t d, int64_t h) {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(d, h));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(h, d));
+  }
+  Tensor forward(const Tensor& x) override { return (*fc2)(relu((*fc1)(x))); }
+  std::string type_name() const override { return "Mlp"; }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+};
+
+dtp::AutoOptions options() {
+  dtp::AutoOptions o;
+  o.comm = partition::CollectiveModel::mpi_cpu_default();
+  return o;
+}
+
+// input: the rows of x [rows, d] this rank holds under S(0), as a global tensor.
+Tensor input(const std::vector<float>& xv, int64_t rows, int64_t d, const dtp::Group& g) {
+  Tensor x = from_vector({rows, d}, xv);
+  const partition::Range r = partition::shard_range(rows, g_size, g_rank);
+  return dtp::distribute(slice(x, 0, r.offset, r.offset + r.size), {rows, d}, dtp::Placement::S(0), g);
+}
+
+TEST(DtpAuto, EqualsOneRankAndSettlesEveryParameter) {
+  const int64_t rows = 7, d = 8, h = 12;  // 7 rows: uneven shards
+  Mlp net(d, h);
+  TensorList ref;
+  for (const Tensor& p : net.parameters()) {
+    Tensor r = from_vector(p.shape(), values(p));
+    r.set_requires_grad(true);
+    ref.push_back(r);
+  }
+  const std::vector<float> xv = ramp(rows * d, 0.1f, 0.05f), cv = ramp(rows * d, 0.02f, 0.01f);
+  Tensor c = from_vector({rows, d}, cv);
+  Tensor y_ref = linear(relu(linear(from_vector({rows, d}, xv), ref[0], ref[1])), ref[2], ref[3]);
+  ASSERT_TRUE(sum(mul(y_ref, c)).backward().ok());
+
+  const dtp::Group g = dtp::make_group(g_comm, /*check=*/true);
+  ASSERT_TRUE(dtp::enable_auto(net, g, options()).ok());
+  for (const Tensor& p : net.parameters()) EXPECT_TRUE(p.ref()->dist->unsettled);
+  Tensor y = net.forward(input(xv, rows, d, g));
+  for (const Tensor& p : net.parameters()) EXPECT_FALSE(p.ref()->dist->unsettled) << p.desc().str();
+  // The reducer is made once the forward placed the parameters, as mtc-train does.
+  auto reducer = dtp::GradReducer::create(net, g, size_t{1} << 20);
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  ASSERT_TRUE(sum(mul(y, c)).backward().ok());
+  (*reducer)->finish();
+  const std::vector<float> got = values(y), want = values(y_ref);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << i;
+  const TensorList params = net.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<float> gg = values(params[i].grad()), gw = values(ref[i].grad());
+    ASSERT_EQ(gg.size(), gw.size());
+    for (size_t k = 0; k < gg.size(); ++k) ASSERT_NEAR(gg[k], gw[k], 1e-5f * (1 + std::fabs(gw[k]))) << i << " " << k;
+  }
+  EXPECT_EQ(dtp::auto_figures(g).settled, params.size());
+}
+
+TEST(DtpAuto, TheSecondForwardIsAllCacheHits) {
+  Mlp net(8, 12);
+  const dtp::Group g = dtp::make_group(g_comm);
+  ASSERT_TRUE(dtp::enable_auto(net, g, options()).ok());
+  const std::vector<float> xv = ramp(8 * 8, 0.1f, 0.0f);
+  ASSERT_TRUE(values(net.forward(input(xv, 8, 8, g))).size() == 64u);
+  const dtp::AutoFigures first = dtp::auto_figures(g);
+  EXPECT_GT(first.decisions, 0u);
+  ASSERT_TRUE(values(net.forward(input(xv, 8, 8, g))).size() == 64u);
+  const dtp::AutoFigures second = dtp::auto_figures(g);
+  EXPECT_EQ(second.decisions, first.decisions);
+  EXPECT_GE(second.hits, first.hits + 3);  // linear, relu, linear at least
+  EXPECT_EQ(second.moves, 0u);
+}
+
+TEST(DtpAuto, TheBudgetBinds) {
+  if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
+  const int64_t d = 64, h = 256;
+  const std::vector<float> xv = ramp(8 * d, 0.1f, 0.0f);
+  // Loose: no limit. Tight: room for both weights' shards with their gradients and two
+  // AdamW states (64 * 256 * 4 bytes * 4 = 256 KiB whole, 256 KiB / p a shard) and 64 KiB
+  // for the rest, less than fc1's weight whole beside fc2's shard (256 KiB + 256 KiB / p).
+  const double tight = 2 * 256.0 * 1024 / g_size + 64 * 1024;
+  size_t loose_local = 0;
+  for (double budget : {0.0, tight}) {
+    Mlp net(d, h);
+    const dtp::Group g = dtp::make_group(g_comm);
+    dtp::AutoOptions o = options();
+    o.optimizer_states = 2;
+    o.budget_bytes = budget;
+    ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
+    ASSERT_EQ(values(net.forward(input(xv, 8, d, g))).size(), static_cast<size_t>(8 * d));
+    const size_t local = dtp::local(net.fc1->weight).desc().bytes();
+    if (budget == 0) {
+      loose_local = local;
+    } else {
+      EXPECT_LT(local, net.fc1->weight.desc().bytes()) << "a tight budget keeps fc1's weight whole";
+      EXPECT_LE(local, loose_local);
+    }
+  }
+  // No room at all: the error names the op and the budget.
+  Mlp net(d, h);
+  const dtp::Group g = dtp::make_group(g_comm);
+  dtp::AutoOptions o = options();
+  o.budget_bytes = 1024;
+  ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
+  auto v = net.forward(input(xv, 8, d, g)).to_vector();
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("no mode fits the budget"), std::string::npos) << v.status();
+  EXPECT_NE(v.status().message().find("linear"), std::string::npos) << v.status();
+}
+
+TEST(DtpAuto, RanksDecidingDifferentlyAreCaughtUnderCommCheck) {
+  if (g_size == 1) GTEST_SKIP() << "one rank: nothing to disagree with";
+  // Testing only: the odd ranks take another option for linear than the even ones (every
+  // input of the choice is otherwise the same on every rank, so decisions agree).
+  ::setenv("MTC_TESTING_DTP_DISAGREE", "linear", 1);
+  Mlp net(64, 256);
+  const dtp::Group g = dtp::make_group(g_comm, /*check=*/true);
+  ASSERT_TRUE(dtp::enable_auto(net, g, options()).ok());
+  ::unsetenv("MTC_TESTING_DTP_DISAGREE");
+  auto v = net.forward(input(ramp(8 * 64, 0.1f, 0.0f), 8, 64, g)).to_vector();
+  ASSERT_FALSE(v.ok()) << "the ranks' different decisions went unnoticed";
+  EXPECT_NE(v.status().message().find("disagree"), std::string::npos) << v.status();
+  EXPECT_NE(v.status().message().find("op linear"), std::string::npos) << v.status();
+}
+
+TEST(DtpAuto, WithoutTheFaultTheSameRanksAgree) {
+  Mlp net(64, 256);
+  const dtp::Group g = dtp::make_group(g_comm, /*check=*/true);
+  ASSERT_TRUE(dtp::enable_auto(net, g, options()).ok());
+  auto v = net.forward(input(ramp(8 * 64, 0.1f, 0.0f), 8, 64, g)).to_vector();
+  EXPECT_TRUE(v.ok()) << v.status();
+}
+
+}  // namespace
+}  // namespace mtc
+
+int main(int argc, char** argv) {
+  return mtc::testing_main::run(argc, argv, "dtp_auto_mpitest", /*check_arguments=*/false, size_t{256} << 20,
+                                mtc::g_comm, mtc::g_rank, mtc::g_size);
+}
