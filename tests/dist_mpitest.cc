@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "gtest/gtest.h"
 #include "mpitest_main.h"
+#include "mpitest_values.h"
 #include "mtc/distributed.h"
 #include "mtc/interpreter.h"
 #include "mtc/nn.h"
@@ -27,14 +28,13 @@
 namespace mtc {
 namespace {
 
+using testing_values::values;
+using testing_values::ramp;
+using testing_values::expect_near;
+
 dist::CommPtr g_comm;
 int g_rank = 0, g_size = 1;
 
-std::vector<float> values(const Tensor& t) {
-  auto v = t.to_vector();
-  EXPECT_TRUE(v.ok()) << v.status();
-  return v.ok() ? *v : std::vector<float>();
-}
 
 // input: rank r's input, element i: small integers, distinct across ranks.
 std::vector<float> input(int r, int64_t n) {

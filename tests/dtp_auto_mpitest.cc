@@ -18,6 +18,7 @@
 #include "dist/dtp.h"
 #include "gtest/gtest.h"
 #include "mpitest_main.h"
+#include "mpitest_values.h"
 #include "mtc/distributed.h"
 #include "mtc/dtp.h"
 #include "mtc/interpreter.h"
@@ -28,20 +29,14 @@
 namespace mtc {
 namespace {
 
+using testing_values::values;
+using testing_values::ramp;
+using testing_values::expect_near;
+
 dist::CommPtr g_comm;
 int g_rank = 0, g_size = 1;
 
-std::vector<float> values(const Tensor& t) {
-  auto v = t.to_vector();
-  EXPECT_TRUE(v.ok()) << v.status();
-  return v.ok() ? *v : std::vector<float>();
-}
 
-std::vector<float> ramp(int64_t n, float scale, float shift) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 37 + 11) % 23 - 11) + shift;
-  return v;
-}
 
 class Mlp final : public nn::Module {
  public:

@@ -16,6 +16,7 @@
 #include "dist/dtp.h"
 #include "gtest/gtest.h"
 #include "mpitest_main.h"
+#include "mpitest_values.h"
 #include "mtc/distributed.h"
 #include "mtc/dtp.h"
 #include "mtc/interpreter.h"
@@ -26,28 +27,15 @@
 namespace mtc {
 namespace {
 
+using testing_values::values;
+using testing_values::ramp;
+using testing_values::expect_near;
+
 dist::CommPtr g_comm;
 int g_rank = 0, g_size = 1;
 
-std::vector<float> values(const Tensor& t) {
-  auto v = t.to_vector();
-  EXPECT_TRUE(v.ok()) << v.status();
-  return v.ok() ? *v : std::vector<float>();
-}
 
-// ramp: deterministic values, the same on every rank.
-std::vector<float> ramp(int64_t n, float scale, float shift) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 41 + 7) % 29 - 14) + shift;
-  return v;
-}
 
-void expect_near(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_NEAR(a[i], b[i], 1e-5f * (1 + std::fabs(b[i]))) << what << " element " << i;
-  }
-}
 
 // divisors: the group sizes this world can take.
 std::vector<int> divisors() {
