@@ -492,7 +492,9 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
     device_.stop_timer(timer);
     if (timer != 0) {  // 0: untimed
       PendingTimer& t = pending_timers_[timer];
-      t = PendingTimer{path, recomputing};
+      t = PendingTimer{};
+      t.path = path;
+      t.recompute = recomputing;
       if (observer_ && !recomputing) {
         t.op = path->op;
         for (const TensorView& v : ins) t.in.push_back(*v.desc);
