@@ -1,6 +1,7 @@
-// Tests of DTP's cost model core (partition/cost.h): the rates and their fit, the
-// collectives' alpha-beta model in nccl-tests' size convention, each mode's time and
-// memory on hand-computed examples, and the choice of a mode under a budget.
+// Tests of DTP's cost model (partition/cost.h): the rates and their fit, the collectives'
+// alpha-beta model in nccl-tests' size convention and mtc-bench-comm's JSON, each mode's
+// time and memory, any op priced by its signature (what --dtp=auto uses), a move, and the
+// choice under a budget, all on hand-computed examples.
 #include "partition/cost.h"
 
 #include <cmath>
@@ -320,6 +321,195 @@ TEST(ChooseModeTest, FromTheModelUnderABudget) {
   for (const auto& x : o)
     if (x.cost.bytes < least) least = x.cost.bytes, least_mode = x.mode;
   EXPECT_EQ(*small, least_mode);
+}
+
+
+// ---- any op by its signatures (what --dtp=auto prices) ----
+
+OpContext HandOpContext(int p) {
+  OpContext c;
+  c.parts = p, c.rates = HandRates(), c.step_rates = HandRates(), c.comm = HandComm();
+  c.optimizer_states = 2;  // AdamW
+  return c;
+}
+
+InputTerm Activation(Placement have, Placement want, double global, double local) {
+  InputTerm t;
+  t.have = have, t.want = want, t.global_bytes = global, t.local_bytes = local, t.needs_grad = true;
+  return t;
+}
+
+InputTerm Parameter(Placement have, Placement want, double global, double local, bool gather = false) {
+  InputTerm t = Activation(have, want, global, local);
+  t.holding = Holding::kParameter, t.gather = gather;
+  return t;
+}
+
+TEST(SignatureTest, P1LinearComputesThriceStepsAndAllReducesDw) {
+  // x f32[64,768] S(0), W [768,3072] R -> y S(0) on 4 ranks, training, AdamW.
+  const std::vector<InputTerm> in{Activation(Placement::S(0), Placement::S(0), kX, kX / 4),
+                                  Parameter(Placement::R(), Placement::R(), kW, kW)};
+  const std::vector<OutputTerm> out{{Placement::S(0), kY, kY / 4}};
+  const double bytes = kX / 4 + kW + kY / 4;
+  const SignatureTerms s{in, out, kFlopsPerRank, bytes, /*weighted=*/true};
+  auto b = signature_breakdown(s, HandOpContext(4));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const double op_us = kFlopsPerRank / 1e4 + bytes / 1e3 + 2;  // the forward, us
+  const double step_us = kW * (2 + 2 * 2) / 1e3 + 2;           // AdamW reads/writes 6 W, us
+  EXPECT_DOUBLE_EQ(b->compute_us, 3 * op_us + step_us);        // forward, dX, dW, the step
+  EXPECT_DOUBLE_EQ(b->collective_us, 10 + 0.001 * kW * 1.5);   // data parallel's all_reduce of dW
+  EXPECT_DOUBLE_EQ(b->conversion_us, 0);                       // x is held S(0) already
+  EXPECT_DOUBLE_EQ(b->sent_bytes, kW * 1.5);
+  EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW);                    // W, dW, two moments
+  EXPECT_DOUBLE_EQ(b->activation_bytes, kX / 4 + kY / 4);
+  EXPECT_DOUBLE_EQ(b->buffer_bytes, 0);
+  auto f = forward_us(s, HandOpContext(4));
+  ASSERT_TRUE(f.ok());
+  EXPECT_DOUBLE_EQ(*f, op_us);
+  OpContext eval = HandOpContext(4);
+  eval.training = false;  // no backward, no step, no gradient all_reduce
+  auto e = signature_breakdown(s, eval);
+  ASSERT_TRUE(e.ok());
+  EXPECT_DOUBLE_EQ(e->total().time_us, op_us);
+}
+
+TEST(SignatureTest, ConversionForwardAndBackwardAndAPartialOutput) {
+  // x held S(0), the signature wants S(1) (an all_to_all forward and back); W S(1) stored
+  // there; y Partial (all_reduced forward and backward).
+  const std::vector<InputTerm> in{Activation(Placement::S(0), Placement::S(1), kX, kX / 4),
+                                  Parameter(Placement::S(1), Placement::S(1), kW, kW / 4)};
+  const std::vector<OutputTerm> out{{Placement::P(), kY, kY}};
+  const SignatureTerms s{in, out, kFlopsPerRank, 0, true};
+  auto b = signature_breakdown(s, HandOpContext(4));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const double a2a = 10 + 0.001 * (kX / 4) * 0.75;  // all_to_all: S is a rank's shard, us
+  const double ar = 10 + 0.001 * kY * 1.5;          // all_reduce of Y, us
+  EXPECT_DOUBLE_EQ(b->conversion_us, 2 * a2a);
+  EXPECT_DOUBLE_EQ(b->collective_us, 2 * ar);       // no dW all_reduce: W is split
+  EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW / 4);
+  EXPECT_DOUBLE_EQ(b->compute_us, 3 * (kFlopsPerRank / 1e4 + 2) + (kW / 4 * 6 / 1e3 + 2));
+  auto f = forward_us(s, HandOpContext(4));
+  ASSERT_TRUE(f.ok());
+  EXPECT_DOUBLE_EQ(*f, kFlopsPerRank / 1e4 + 2 + a2a);  // the op and the forward all_to_all
+}
+
+TEST(SignatureTest, GatheredParameterAndBuffer) {
+  // W stored S(0) and gathered for the op (P2); a buffer of 400 bytes held whole.
+  std::vector<InputTerm> in{Activation(Placement::S(0), Placement::S(0), kX, kX / 4),
+                            Parameter(Placement::S(0), Placement::R(), kW, kW / 4, /*gather=*/true)};
+  InputTerm buffer = Activation(Placement::R(), Placement::R(), 400, 400);
+  buffer.holding = Holding::kBuffer, buffer.needs_grad = false;
+  in.push_back(buffer);
+  const std::vector<OutputTerm> out{{Placement::S(0), kY, kY / 4}};
+  const SignatureTerms s{in, out, kFlopsPerRank, 0, true};
+  auto b = signature_breakdown(s, HandOpContext(4));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const double ag = 10 + 0.001 * kW * 0.75;  // all_gather of W = reduce_scatter of dW, us
+  EXPECT_DOUBLE_EQ(b->collective_us, 2 * ag);
+  EXPECT_DOUBLE_EQ(b->buffer_bytes, 2 * kW);  // the gathered W and the whole dW
+  EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW / 4 + 400);
+  auto f = forward_us(s, HandOpContext(4));
+  ASSERT_TRUE(f.ok());
+  EXPECT_DOUBLE_EQ(*f, kFlopsPerRank / 1e4 + 2 + ag);  // the op and the gather
+}
+
+TEST(SignatureTest, UnsupportedConversionAndBadContextAreErrors) {
+  const std::vector<InputTerm> in{Activation(Placement::R(), Placement::P(), kX, kX)};
+  const SignatureTerms s{in, {}, 0, 0, false};
+  auto b = signature_breakdown(s, HandOpContext(4));
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().message(), "cost: an input held as R cannot be converted to P");
+  EXPECT_FALSE(forward_us(s, HandOpContext(4)).ok());
+  const SignatureTerms none{{}, {}, 0, 0, false};
+  EXPECT_FALSE(signature_breakdown(none, HandOpContext(0)).ok());
+}
+
+TEST(SignatureTest, MoveConvertsTheTensorAndItsOptimizerStates) {
+  // A settled W [768,3072] moved S(0) -> S(1): an all_to_all of the parameter and of its
+  // two AdamW moments (gradients are cleared between iterations).
+  InputTerm w = Parameter(Placement::S(0), Placement::S(1), kW, kW / 4);
+  EXPECT_DOUBLE_EQ(move_us(w, HandOpContext(4)), 3 * (10 + 0.001 * (kW / 4) * 0.75));
+  w.have = Placement::R(), w.want = Placement::S(0);  // a local slice: no collective
+  EXPECT_DOUBLE_EQ(move_us(w, HandOpContext(4)), 0);
+  InputTerm buf = Activation(Placement::S(0), Placement::R(), 4096, 4096);
+  buf.holding = Holding::kBuffer;  // one tensor, all_gathered
+  EXPECT_DOUBLE_EQ(move_us(buf, HandOpContext(4)), 10 + 0.001 * 4096 * 0.75);
+  w.have = Placement::R(), w.want = Placement::P();  // cannot be reached
+  EXPECT_EQ(move_us(w, HandOpContext(4)), kInf);
+}
+
+TEST(ChooseIndexTest, ReferenceBudgetAndLambda) {
+  // Option 0 is the P1 reference: 100 us, 100 bytes; 1 is smaller and slower; 2 faster
+  // and larger.
+  const std::vector<ModeCost> c{{100, 100}, {150, 25}, {90, 400}};
+  const std::vector<std::string> names{"p1", "p3", "p4"};
+  // lambda 0.1: scores 1.0, 0.1*0.25 + 0.9*1.5 = 1.375, 0.1*4 + 0.9*0.9 = 1.21.
+  auto r = choose_index(c, names, 1e9, 0.1, "op", 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 0u);
+  // lambda 0.5: 1.0, 0.875, 2.45.
+  r = choose_index(c, names, 1e9, 0.5, "op", 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 1u);
+  r = choose_index(c, names, 1e9, 0, "op", 0);  // the fastest
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 2u);
+  r = choose_index(c, names, 200, 0, "op", 0);  // 2 does not fit: the fastest of the rest
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 0u);
+  r = choose_index(c, names, 50, 0, "op", 0);  // only 1 fits; the reference does not
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 1u);
+  r = choose_index(c, names, 10, 0.1, "linear on x", 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "op linear on x: no mode fits the budget of 10 bytes (0.0 MiB) per rank; the smallest, p3, needs 25 "
+            "bytes (0.0 MiB)");
+  EXPECT_FALSE(choose_index(c, names, 1e9, -0.1, "op", 0).ok());
+  EXPECT_FALSE(choose_index({}, {}, 1e9, 0.1, "op", -1).ok());
+}
+
+TEST(CollectiveTest, FromBenchJsonReadsEveryLineAndKeepsTheBase) {
+  const std::string json = R"({"backend": "mpi", "world_size": 4, "collectives": {
+    "all_reduce": {"alpha_us":100,"beta_us_per_byte":0.003,"busbw_factor":1.5,"points":[[8,100]]},
+    "broadcast": {"alpha_us":1,"beta_us_per_byte":1,"busbw_factor":1.0}}})";
+  const CollectiveModel base = HandComm();
+  auto m = CollectiveModel::from_bench_json(json, base);
+  ASSERT_TRUE(m.ok()) << m.status();
+  // As fitted at 4 ranks: 100 us + 0.003 us/B x 1 MB; at 2 ranks the bus factor 1 instead
+  // of 1.5 leaves 0.002 us per byte.
+  EXPECT_NEAR(m->time_us(Collective::kAllReduce, 1e6, 4), 3100, 1e-9);
+  EXPECT_NEAR(m->time_us(Collective::kAllReduce, 1e6, 2), 2100, 1e-9);
+  // all_gather is not in the file: the base's line.
+  EXPECT_DOUBLE_EQ(m->time_us(Collective::kAllGather, 1e6, 4), base.time_us(Collective::kAllGather, 1e6, 4));
+  auto no_ws = CollectiveModel::from_bench_json(R"({"collectives": {}})", base);
+  ASSERT_FALSE(no_ws.ok());
+  EXPECT_EQ(no_ws.status().message(), "mtc-bench-comm JSON: expected \"world_size\": N with N >= 2");
+  EXPECT_FALSE(CollectiveModel::from_bench_json(R"({"world_size": 1, "all_reduce": {}})", base).ok());
+  auto none = CollectiveModel::from_bench_json(R"({"world_size": 4, "collectives": {}})", base);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().message(),
+            "mtc-bench-comm JSON: no collective found; expected all_reduce, all_gather, reduce_scatter or all_to_all");
+  auto half = CollectiveModel::from_bench_json(R"({"world_size": 4, "all_gather": {"alpha_us": 3}})", base);
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.status().message(),
+            "mtc-bench-comm JSON: all_gather: expected alpha_us and beta_us_per_byte numbers");
+}
+
+TEST(RatesTest, FitFromOneOrTwoSamplesOfOneShapeIsExact) {
+  // An op that runs once per iteration (the loss) has two samples of one shape in the
+  // warm-up: the fit prices that shape as measured.
+  const std::vector<RateSample> one{{6.4e6 /*FLOP*/, 2.6e7 /*bytes*/, 26700 /*us*/}};
+  auto r = fit_rates(one);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->time_us(6.4e6, 2.6e7), 26700, 1e-6);
+  const std::vector<RateSample> two{{6.4e6, 2.6e7, 26000}, {6.4e6, 2.6e7, 27400}};
+  r = fit_rates(two);
+  ASSERT_TRUE(r.ok());
+  // Least squares of the relative error: x minimising (x/a - 1)^2 + (x/b - 1)^2, which is
+  // (1/a + 1/b) / (1/a^2 + 1/b^2) = 26663.32 us (the mean would be 26700).
+  const double a = 26000, b = 27400;
+  EXPECT_NEAR(r->time_us(6.4e6, 2.6e7), (1 / a + 1 / b) / (1 / (a * a) + 1 / (b * b)), 1e-6);
 }
 
 }  // namespace
