@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shell functions the benchmark scripts share; source it (". benchmarks/lib.sh"). It
 # defines functions only and changes no option or variable of the script that sources it,
-# except verdict, which clears the caller's `ok` on a FAIL.
+# except verdict, which clears the caller's `ok` on a FAIL, and work_dir, which sets `tmp`
+# and the EXIT trap.
 
 # run_logged LOG CMD...: runs CMD with its stdout and stderr in LOG; returns CMD's status.
 run_logged() {
@@ -91,4 +92,17 @@ verdict() {
   local v=FAIL
   if [ "$3" = 1 ]; then v=PASS; else ok=0; fi
   echo "$1: $2 $v"
+}
+
+# work_dir SCRIPT KEEP: sets the caller's `tmp` to the folder the runs' logs go to: KEEP
+# (made when missing, and kept) or, when KEEP is empty, a new temporary folder removed at
+# exit. Exits 2 when KEEP cannot be made, naming SCRIPT's --keep.
+work_dir() {
+  if [ -n "$2" ]; then
+    mkdir -p "$2" || { echo "$1: --keep $2: cannot make the folder" >&2; exit 2; }
+    tmp=$2
+  else
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+  fi
 }
