@@ -79,8 +79,7 @@ if [ $nobind = 1 ]; then
         fi
       done
     done
-    modes=$(sed -n 's/^state .* ops_p1=\([0-9]*\) ops_p2=\([0-9]*\) ops_p3=\([0-9]*\) ops_p4=\([0-9]*\).*/\1 \2 \3 \4/p' \
-      "$tmp/nobind-$model-auto-1.txt" | tail -n 1)
+    modes=$(mode_counts "$tmp/nobind-$model-auto-1.txt")
     r=$(awk -v a="${best[auto]}" -v b="${best[off]}" 'BEGIN { printf "%.3f", a / b }')
     printf "%-28s %12s %12s %10s %s\n" "$model $rest" "${best[off]}" "${best[auto]}" "$r" "$modes"
     verdict "$model: auto's time over data parallel's (at most 1.03)" "$r" \
@@ -108,7 +107,7 @@ if [ $dte = 1 ]; then
   # N ranks: no budget, then 60% of the largest rank's peak (below it, the persistent state
   # and the working set no longer fit); the mode table at each.
   train "$tmp/dte-n-none.txt" "$ranks" "${gpt[@]}"
-  peakn=$(sed -n 's/^memory rank .*; m2 [^,]*, peak \([0-9.]*\) MiB.*/\1/p' "$tmp/dte-n-none.txt" | sort -g | tail -n 1)
+  peakn=$(max_peak "$tmp/dte-n-none.txt")
   printf "%-34s %8s %8s %8s %8s %10s %s\n" "$ranks ranks, budget" ops_p1 ops_p2 ops_p3 ops_p4 evictions "losses against no budget"
   for spec in none 60; do
     log=$tmp/dte-n-$spec.txt
@@ -123,7 +122,7 @@ if [ $dte = 1 ]; then
       what="none (max rank peak $peakn MiB)"
     fi
     line=$(summary_line "$log")
-    read -r p1 p2 p3 p4 < <(sed -n 's/^state .* ops_p1=\([0-9]*\) ops_p2=\([0-9]*\) ops_p3=\([0-9]*\) ops_p4=\([0-9]*\).*/\1 \2 \3 \4/p' "$log" | tail -n 1)
+    read -r p1 p2 p3 p4 < <(mode_counts "$log")
     printf "%-34s %8s %8s %8s %8s %10s %s\n" "$what" "$p1" "$p2" "$p3" "$p4" \
       "$(( $(field "$line" evict_drop) + $(field "$line" evict_swap) ))" "${cmp#budget * }"
     eval "sharded_$spec=$(( p2 + p3 + p4 ))"
@@ -151,8 +150,8 @@ if [ $overhead = 1 ]; then
     share=$(sed -n 's/^dtp planner: .* decide_share=\([0-9.e+-]*\).*/\1/p' "$log")
     printf "%-7s %12s %10s %14s %14s %12s %s\n" "$lam" "$(field "$line" min_sec_per_iter)" "$(field "$line" samples_per_sec)" \
       "$(sed -n 's/^state .* state_bytes=\([0-9]*\).*/\1/p' "$log" | tail -n 1 | awk '{ printf "%.1f", $1 / 1048576 }')" \
-      "$(sed -n 's/^memory rank .*; m2 [^,]*, peak \([0-9.]*\) MiB.*/\1/p' "$log" | sort -g | tail -n 1)" \
-      "$share" "$(sed -n 's/^state .* ops_p1=\([0-9]*\) ops_p2=\([0-9]*\) ops_p3=\([0-9]*\) ops_p4=\([0-9]*\).*/\1 \2 \3 \4/p' "$log" | tail -n 1)"
+      "$(max_peak "$log")" \
+      "$share" "$(mode_counts "$log")"
     if [ "$lam" = 0.1 ]; then
       grep '^dtp planner:' "$log"
       echo "lambda 0.1 against data parallel: $(awk -v a="$(field "$(summary_line "$tmp/lambda-off.txt")" min_sec_per_iter)" \

@@ -42,8 +42,6 @@ common=(--model=gpt --gpt_config=small --seq="$seq" --batch="$batch" --optimizer
 
 # state_field LOG KEY: KEY=value of the run's `state` line.
 state_field() { sed -n "s/^state .* $2=\([^ ]*\).*/\1/p" "$1" | tail -n 1; }
-# max_peak LOG: the largest "m2 ..., peak X MiB" over the ranks' memory lines.
-max_peak() { sed -n 's/^memory rank .*; m2 [^,]*, peak \([0-9.]*\) MiB.*/\1/p' "$1" | sort -g | tail -n 1; }
 
 echo "GPT-2 small (seq $seq, global batch $batch, AdamW) on $ranks ranks, --memory $memory each"
 printf "%-5s %11s %10s %12s %12s %12s %12s %9s %14s\n" dtp sec/iter samples/s "params MiB" "grads MiB" \

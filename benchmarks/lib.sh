@@ -106,3 +106,14 @@ work_dir() {
     trap 'rm -rf "$tmp"' EXIT
   fi
 }
+
+# max_peak LOG: the largest compute-region peak in MiB over the ranks' `memory rank` lines
+# ("m2 ..., peak X MiB").
+max_peak() { sed -n 's/^memory rank .*; m2 [^,]*, peak \([0-9.]*\) MiB.*/\1/p' "$1" | sort -g | tail -n 1; }
+
+# mode_counts LOG: "P1 P2 P3 P4", the ops DTP ran in each mode (the last `state` line's
+# ops_p1..ops_p4).
+mode_counts() {
+  sed -n 's/^state .* ops_p1=\([0-9]*\) ops_p2=\([0-9]*\) ops_p3=\([0-9]*\) ops_p4=\([0-9]*\).*/\1 \2 \3 \4/p' "$1" |
+    tail -n 1
+}
