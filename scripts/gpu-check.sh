@@ -26,7 +26,9 @@
 #         5. ResNet-56, 22 iterations, --device cuda against --device cpu, same seed:
 #            the loss per iteration and the time per iteration of both;
 #         6. NCCL on one rank without mpirun: mtc-bench-comm --backend nccl;
-#         7. benchmarks/resnet50_gpu.sh: ResNet-50 beside PyTorch.
+#         7. benchmarks/resnet50_gpu.sh: ResNet-50 beside PyTorch;
+#         8. DTP's cost model on one GPU: GPT and VGG-16 under --dtp=auto --dtp_report,
+#            predicted against measured op times (benchmarks/dtp_predict.sh --logs).
 #       Each step runs under `timeout` and the whole run under --deadline (540 s), so it
 #       ends inside the device tool's 10 minutes even if a step hangs; a failed step is
 #       recorded and the next one runs. Full logs: OUTFILE.logs.tar.gz beside OUTFILE.
@@ -573,6 +575,35 @@ resnet50() {
   tail_log 30
 }
 
+# dtp_gpu: DTP's cost model on one GPU (issue 16's "when a GPU is lent"): the 12-layer GPT
+# and VGG-16 with --dtp=auto --dtp_report, one rank; the planner fits its rates to the
+# warm-up's op times (CUDA events) and the report's summary gives each op's predicted and
+# measured forward time, tabled by benchmarks/dtp_predict.sh --logs.
+dtp_gpu() {
+  md "" "## 8. DTP's cost model on one GPU (benchmarks/dtp_predict.sh --logs)"
+  local d=$work/logs/dtp model args
+  mkdir -p "$d"
+  for model in gpt vgg16; do
+    if [ "$model" = gpt ]; then
+      args=(--model=gpt --gpt_config=small --seq=256 --batch=8 --optimizer=adamw --lr=1e-4)
+    else
+      args=(--model=vgg16 --batch=64 --optimizer=sgd --lr=1e-3 --momentum=0.9)
+    fi
+    run_step "dtp-$model" 90 "$work/run/mtc-train" "${args[@]}" --device=cuda --warmup=3 --iterations=5 \
+      --log_every=1000 --dtp=auto --dtp_report
+    cp "$log" "$d/$model-auto.txt"
+    note "dtp auto $model (one GPU)" "$(status_of "$rc")"
+    [ "$rc" = 0 ] || tail_log 20
+  done
+  run_step dtp-predict 30 benchmarks/dtp_predict.sh --logs "$d" --ranks 1 --modes auto
+  # The 25% target is the issue's for 4 CPU ranks: here the figure is reported, not judged.
+  case "$rc" in 0|1) note "dtp_predict.sh --logs (one GPU)" "ok (exit $rc: reported)" ;;
+                *) note "dtp_predict.sh --logs (one GPU)" "$(status_of "$rc")" ;; esac
+  md "" '```'
+  grep -vE '^re-reading' "$log" | sed "s#$work#\$WORK#g" >>"$out" || true
+  md '```'
+}
+
 no_gpu_steps() {
   md "" "## 4. Without a GPU: what runs anyway"
   local b
@@ -638,6 +669,7 @@ check() {
       resnet56
       nccl
       resnet50
+      dtp_gpu
     else
       say "" "no GPU found: skipping the GPU steps"
       no_gpu_steps
