@@ -37,8 +37,10 @@ class Device {
   std::byte* comm_ptr(alloc::Block b) const { return base_ + b.offset; }
   std::byte* compute_ptr(alloc::Block b) const { return base_ + comm_->capacity() + b.offset; }
 
-  // Copies between host memory and this device's memory, and within the device. They
-  // complete before returning (the CUDA device orders them on its copy stream).
+  // Copies between host memory and this device's memory, and within the device. When
+  // one returns, its host memory may be reused, copy_to_host's bytes are on the host, and
+  // every op issued afterwards sees the copied bytes (the CUDA device orders its copies
+  // with the kernels by events and may return from copy_to_device before the DMA ran).
   virtual absl::Status copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_on_device(void* dst, const void* src, size_t bytes) = 0;

@@ -4,6 +4,7 @@
 // round-trip exactly through the pinned staging buffer, an op without a CUDA kernel is an
 // error naming it, op times come from CUDA events, and CIFAR ResNet-56 trains with the
 // CPU's losses over 20 iterations.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -118,11 +119,11 @@ TEST(CudaDevice, OpTimesComeFromEvents) {
 }
 
 // losses: CIFAR ResNet-56 on `device`, 20 iterations of SGD on synthetic batches.
-std::vector<float> resnet56_losses(const char* device) {
+std::vector<float> resnet56_losses(const char* device, int threads = 2) {
   RuntimeOptions o;
   o.device = device;
   o.memory_bytes = size_t{2} << 30;
-  o.num_threads = 2;
+  o.num_threads = threads;
   auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status();
   if (!rt.ok()) return {};
@@ -141,20 +142,37 @@ std::vector<float> resnet56_losses(const char* device) {
   return losses;
 }
 
-// The GPU sums in other orders than the CPU; SGD on random labels amplifies such
-// differences (docs/data-parallel.md measured it), so a small learning rate, and a
-// relative tolerance of 1e-3 per loss.
+// The GPU sums in other orders than the CPU, and SGD on random labels amplifies such
+// differences from iteration to iteration (docs/data-parallel.md measured it): on an H100
+// the losses agreed to 0 at iteration 1 and drifted to 3.9e-2 relative by iteration 8,
+// while the CPU's own runs at 1 and 16 threads drift 1.7e-2 apart by iteration 12. So:
+// the first loss within 1e-4 relative and the first three within 1e-3 (before the drift
+// compounds), and over all 20 the GPU no further from the CPU than 4 times the CPU's own
+// spread between 2 threads and 1 (at least 1e-3): a wrong kernel moves the first losses,
+// or drifts far faster than summation order does.
+double rel(float a, float b) { return std::fabs(a - b) / std::fabs(a); }
+
 TEST(CudaTraining, ResNet56LossesMatchTheCpu) {
   MTC_SKIP_WITHOUT_GPU();
   const std::vector<float> cpu = resnet56_losses("cpu");
+  const std::vector<float> cpu1 = resnet56_losses("cpu", 1);
   const std::vector<float> gpu = resnet56_losses("cuda");
   ASSERT_EQ(cpu.size(), 20u);
+  ASSERT_EQ(cpu1.size(), 20u);
   ASSERT_EQ(gpu.size(), 20u);
+  double spread = 0, worst = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
-    const double r = std::fabs(gpu[i] - cpu[i]) / std::fabs(cpu[i]);
-    std::printf("  iteration %2zu: cpu %.6f cuda %.6f relative %.2e\n", i + 1, cpu[i], gpu[i], r);
-    EXPECT_LE(r, 1e-3) << "iteration " << i + 1;
+    const double r = rel(cpu[i], gpu[i]), q = rel(cpu[i], cpu1[i]);
+    std::printf("  iteration %2zu: cpu %.6f cuda %.6f relative %.2e (cpu 1 thread %.6f, %.2e)\n", i + 1, cpu[i],
+                gpu[i], r, cpu1[i], q);
+    ASSERT_TRUE(std::isfinite(gpu[i])) << "iteration " << i + 1;
+    if (i == 0) EXPECT_LE(r, 1e-4) << "iteration 1";
+    if (i < 3) EXPECT_LE(r, 1e-3) << "iteration " << i + 1;
+    spread = std::max(spread, q);
+    worst = std::max(worst, r);
   }
+  std::printf("  largest: cuda against cpu %.2e, cpu 1 thread against 2 %.2e\n", worst, spread);
+  EXPECT_LE(worst, 4 * std::max(spread, 1e-3));
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // CUDA kernels of conv2d and its two gradient ops, on cuDNN's legacy convolution API with
-// plain NCHW / OIHW float tensors. Algorithms come from cuDNN's heuristics (the _v7
-// queries, no benchmarking runs), cached per problem; workspaces are scratch carved from
-// the compute region. The bias add and the bias gradient are our own kernels
+// plain NCHW / OIHW float tensors. Algorithms are measured: the first time a problem
+// (pass, shapes, options) is met, cuDNN's Find runs every algorithm on the op's own
+// tensors within a scratch workspace, and the fastest deterministic one is cached for the
+// problem (cuDNN's heuristics, the _v7 queries, when Find fails). Workspaces are scratch
+// carved from the compute region. The bias add and the bias gradient are our own kernels
 // (dnn_conv.cu, dnn_norm.cu); the latter sums in double as the CPU kernel does.
 //
 // fp32 stays fp32: the convolution descriptor asks for CUDNN_FMA_MATH, and candidates
 // the heuristics report under tensor-op math are skipped. cuDNN's default math would let
 // Ampere and Hopper run float convolutions in TF32 (10-bit mantissas), far outside the
 // CPU comparison's tolerance.
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <mutex>
@@ -179,13 +182,87 @@ absl::StatusOr<Choice> heuristic_choice(Pass pass, cudnnHandle_t h, const ConvDe
   return absl::InternalError("conv2d on CUDA: unknown pass");
 }
 
+// memory_of: the workspace Find reported for algo (false when it has no result for it).
+template <typename Perf, typename Algo>
+bool memory_of(const std::vector<Perf>& perfs, Algo algo, size_t* bytes) {
+  for (const Perf& p : perfs) {
+    if (p.algo == algo && p.status == CUDNN_STATUS_SUCCESS) {
+      *bytes = p.memory;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Buffers: the op's own tensors, which Find runs the algorithms on (it writes the output,
+// which the chosen algorithm then writes again).
+struct Buffers {
+  const void* x;
+  const void* w;
+  const void* y;  // for each pass, the one it writes is written through a const_cast
+};
+
+// measured_choice: cuDNN's Find for `pass` on the op's tensors, within a workspace of the
+// largest that any of the heuristics' candidates within kWorkspaceLimit needs (less if the
+// compute region cannot give it); its results come back fastest first, and choose()
+// takes the first deterministic one.
+absl::StatusOr<Choice> measured_choice(Pass pass, KernelContext& ctx, const ConvDescriptors& d, Buffers b,
+                                       const Choice& heuristic) {
+  cudnnHandle_t h = cudnn(ctx);
+  size_t want = std::max(heuristic.bytes, heuristic.fallback_bytes);
+  void* ws = nullptr;
+  while (want > 0) {
+    absl::StatusOr<void*> s = ctx.scratch(want);
+    if (s.ok()) {
+      ws = *s;
+      break;
+    }
+    if (!absl::IsResourceExhausted(s.status())) return s.status();
+    want /= 2;
+  }
+  int max = 0, got = 0;
+  auto* out_x = const_cast<void*>(b.x);
+  auto* out_w = const_cast<void*>(b.w);
+  auto* out_y = const_cast<void*>(b.y);
+  switch (pass) {
+    case Pass::kForward: {
+      MTC_CUDA(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(max));
+      MTC_CUDA(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, b.x, d.w, b.w, d.conv, d.y, out_y, max, &got,
+                                                      perfs.data(), ws, want));
+      perfs.resize(static_cast<size_t>(got));
+      return choose(perfs, [&](cudnnConvolutionFwdAlgo_t a, size_t* n) { return memory_of(perfs, a, n); },
+                    "forward");
+    }
+    case Pass::kBackwardData: {
+      MTC_CUDA(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<size_t>(max));
+      MTC_CUDA(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, b.w, d.y, b.y, d.conv, d.x, out_x, max, &got,
+                                                           perfs.data(), ws, want));
+      perfs.resize(static_cast<size_t>(got));
+      return choose(perfs, [&](cudnnConvolutionBwdDataAlgo_t a, size_t* n) { return memory_of(perfs, a, n); },
+                    "backward-data");
+    }
+    case Pass::kBackwardFilter: {
+      MTC_CUDA(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<size_t>(max));
+      MTC_CUDA(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, b.x, d.y, b.y, d.conv, d.w, out_w, max, &got,
+                                                             perfs.data(), ws, want));
+      perfs.resize(static_cast<size_t>(got));
+      return choose(perfs, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* n) { return memory_of(perfs, a, n); },
+                    "backward-filter");
+    }
+  }
+  return absl::InternalError("conv2d on CUDA: unknown pass");
+}
+
 // ChoiceCache: choices by (pass, GPU, options, shapes). Never evicted: a model has a
-// handful of conv shapes. The heuristics run under the lock, once per problem.
+// handful of conv shapes. Find (or the heuristics) runs under the lock, once per problem.
 class ChoiceCache {
  public:
   using Key = std::array<int64_t, 17>;
   absl::StatusOr<Choice> get(Pass pass, KernelContext& ctx, const Conv2dOptions& o, const Shape& xs,
-                             const Shape& ws, const ConvDescriptors& d) {
+                             const Shape& ws, const ConvDescriptors& d, Buffers b) {
     const Key k{static_cast<int64_t>(pass),
                 ctx.device().ordinal(),
                 o.stride_h,
@@ -207,6 +284,11 @@ class ChoiceCache {
     auto it = choices_.find(k);
     if (it != choices_.end()) return it->second;
     MTC_ASSIGN_OR_RETURN(Choice c, heuristic_choice(pass, cudnn(ctx), d));
+    if (absl::StatusOr<Choice> m = measured_choice(pass, ctx, d, b, c); m.ok()) {
+      c = *m;
+    } else {
+      cudaGetLastError();  // Find's failure is no later kernel's error: the heuristics' choice stands
+    }
     choices_.emplace(k, c);
     return c;
   }
@@ -286,7 +368,7 @@ absl::Status conv2d(const Conv2dOp& op, const KernelArgs& a) {
   ConvDescriptors d;
   MTC_RETURN_IF_ERROR(d.init(op.o, x.shape(), w.shape()));
   MTC_ASSIGN_OR_RETURN(const Choice c,
-                       choice_cache().get(Pass::kForward, a.ctx, op.o, x.shape(), w.shape(), d));
+                       choice_cache().get(Pass::kForward, a.ctx, op.o, x.shape(), w.shape(), d, {x.data, w.data, y.data}));
   cudnnHandle_t h = cudnn(a.ctx);
   MTC_RETURN_IF_ERROR(run_with_workspace(a.ctx, c, [&](int algo, void* ws, size_t bytes) -> absl::Status {
     const float one = 1.f, zero = 0.f;
@@ -304,7 +386,8 @@ absl::Status conv2d_backward_input(const Conv2dBackwardInputOp& op, const Kernel
   ConvDescriptors d;
   MTC_RETURN_IF_ERROR(d.init(op.o, op.x_shape, w.shape()));
   MTC_ASSIGN_OR_RETURN(const Choice c,
-                       choice_cache().get(Pass::kBackwardData, a.ctx, op.o, op.x_shape, w.shape(), d));
+                       choice_cache().get(Pass::kBackwardData, a.ctx, op.o, op.x_shape, w.shape(), d,
+                                                         {dx.data, w.data, dy.data}));
   cudnnHandle_t h = cudnn(a.ctx);
   return run_with_workspace(a.ctx, c, [&](int algo, void* ws, size_t bytes) -> absl::Status {
     const float one = 1.f, zero = 0.f;
@@ -323,7 +406,8 @@ absl::Status conv2d_backward_weight(const Conv2dBackwardWeightOp& op, const Kern
     ConvDescriptors d;
     MTC_RETURN_IF_ERROR(d.init(op.o, x.shape(), op.w_shape));
     MTC_ASSIGN_OR_RETURN(const Choice c,
-                         choice_cache().get(Pass::kBackwardFilter, a.ctx, op.o, x.shape(), op.w_shape, d));
+                         choice_cache().get(Pass::kBackwardFilter, a.ctx, op.o, x.shape(), op.w_shape, d,
+                                                           {x.data, dw.data, dy.data}));
     cudnnHandle_t h = cudnn(a.ctx);
     MTC_RETURN_IF_ERROR(run_with_workspace(a.ctx, c, [&](int algo, void* ws, size_t bytes) -> absl::Status {
       const float one = 1.f, zero = 0.f;
