@@ -166,8 +166,12 @@ TEST(CudaTraining, ResNet56LossesMatchTheCpu) {
     std::printf("  iteration %2zu: cpu %.6f cuda %.6f relative %.2e (cpu 1 thread %.6f, %.2e)\n", i + 1, cpu[i],
                 gpu[i], r, cpu1[i], q);
     ASSERT_TRUE(std::isfinite(gpu[i])) << "iteration " << i + 1;
-    if (i == 0) EXPECT_LE(r, 1e-4) << "iteration 1";
-    if (i < 3) EXPECT_LE(r, 1e-3) << "iteration " << i + 1;
+    if (i == 0) {
+      EXPECT_LE(r, 1e-4) << "iteration 1";
+    }
+    if (i < 3) {
+      EXPECT_LE(r, 1e-3) << "iteration " << i + 1;
+    }
     spread = std::max(spread, q);
     worst = std::max(worst, r);
   }
