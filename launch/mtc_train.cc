@@ -864,10 +864,12 @@ int run(const Flags& f, Input input) {
     const dtp::AutoFigures a = dtp::auto_figures(group);
     double all_sec = 0;
     for (double s : seconds) all_sec += s;
-    out("dtp planner: decisions=%llu cache_hits=%llu settled=%llu moved=%llu decide_sec=%.6f decide_share=%.5f "
+    out("dtp planner: decisions=%llu cache_hits=%llu settled=%llu moved=%llu shared_moved=%llu decide_sec=%.6f "
+        "decide_share=%.5f "
         "decide_us_per_call=%.3f hit_us_per_call=%.3f rates=%s fitted_families=%d\n",
         static_cast<unsigned long long>(a.decisions), static_cast<unsigned long long>(a.hits),
-        static_cast<unsigned long long>(a.settled), static_cast<unsigned long long>(a.moves), a.decide_us * 1e-6,
+        static_cast<unsigned long long>(a.settled), static_cast<unsigned long long>(a.moves),
+        static_cast<unsigned long long>(a.shared_moves), a.decide_us * 1e-6,
         all_sec > 0 ? a.decide_us * 1e-6 / all_sec : 0.0,
         a.decisions + a.hits > 0 ? a.decide_us / static_cast<double>(a.decisions + a.hits) : 0.0,
         a.hits > 0 ? a.hit_us / static_cast<double>(a.hits) : 0.0,

@@ -4,6 +4,7 @@
 //  - a small MLP whose every op's mode the planner chooses gives the outputs and the
 //    parameter gradients of one rank, and every parameter is settled by its first op;
 //  - the second forward makes no decision: every op is a cache hit;
+//  - a move carries the tensor's optimizer state, given the tensor's own group;
 //  - the budget binds: with too little room for the weights whole the planner shards
 //    them, with none at all the error names the op and the budget;
 //  - under comm_check, ranks whose planners decide differently (a fault injected on
@@ -111,6 +112,30 @@ TEST(DtpAuto, TheSecondForwardIsAllCacheHits) {
   EXPECT_EQ(second.decisions, first.decisions);
   EXPECT_GE(second.hits, first.hits + 3);  // linear, relu, linear at least
   EXPECT_EQ(second.moves, 0u);
+}
+
+// A move as the planner makes it: restore() is given the tensor's own group (a member of
+// the DistInfo that restore replaces), and the tensor's follower (its optimizer state,
+// made by zeros_like) moves with it. Until 2026-11-27 the follower's move read the group
+// through the freed DistInfo and crashed: every move after the warm-up's fit of a
+// parameter with AdamW state did.
+TEST(DtpAuto, AMoveCarriesTheFollowersGivenTheTensorsOwnGroup) {
+  const dtp::Group g = dtp::make_group(g_comm);
+  const int64_t rows = 8, cols = 6;
+  const std::vector<float> wv = ramp(rows * cols, 0.1f, 0.01f);
+  Tensor w = from_vector({rows, cols}, wv);
+  ASSERT_TRUE(dtp::restore(w, dtp::Placement::S(0), /*gather=*/false, /*unsettled=*/false, g).ok());
+  Tensor state = dtp::zeros_like(w, /*persistent=*/true);
+  ASSERT_TRUE(dtp::restore(w, dtp::Placement::S(1), false, false, w.ref()->dist->group).ok());
+  EXPECT_TRUE(dtp::placement(w) == dtp::Placement::S(1));
+  EXPECT_TRUE(dtp::placement(state) == dtp::Placement::S(1));
+  const partition::Range r = partition::shard_range(cols, g_size, g_rank);
+  std::vector<float> want;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = r.offset; j < r.offset + r.size; ++j) want.push_back(wv[static_cast<size_t>(i * cols + j)]);
+  }
+  expect_near(values(dtp::local(w)), want, "w's shard after the move");
+  EXPECT_EQ(values(dtp::local(state)), std::vector<float>(want.size(), 0.f));
 }
 
 TEST(DtpAuto, TheBudgetBinds) {

@@ -107,6 +107,7 @@ struct AutoFigures {
   uint64_t hits = 0;        // cache hits
   uint64_t settled = 0;     // stored tensors placed by a first decision
   uint64_t moves = 0;       // stored tensors moved by a later one
+  uint64_t shared_moves = 0;  // of which shared ones (a tied embedding), moved between iterations
   double decide_us = 0;     // time in decide(), misses and hits, microseconds
   double hit_us = 0;        // of which in cache hits (the lookup, key included)
   bool fitted = false;      // the rates were fitted to measured op times

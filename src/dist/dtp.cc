@@ -332,7 +332,9 @@ Placement placement_for(const nn::Module& m, const std::string& name, const Shap
 
 }  // namespace
 
-absl::Status restore(Tensor& t, Placement p, bool gather, bool unsettled, const Group& g) {
+absl::Status restore(Tensor& t, Placement p, bool gather, bool unsettled, const Group& group) {
+  // A copy: callers pass t's own DistInfo's group, which this replaces below.
+  const Group g = group;
   if (t.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("dtp: ", t.desc().str(), ": expected f32 parameters and buffers"));
   }

@@ -95,6 +95,11 @@ struct Planner::Built {
   ReportRow::Option row;
   Decision d;
   double move_us = 0;
+  // An option that needs a shared stored tensor moved (to S(0)): priced as if it were
+  // there, never taken this iteration; move_us is the move's time.
+  bool deferred = false;
+  size_t defer_input = 0;
+  bool defer_gather = false;
 };
 
 absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const Tensor> inputs,
@@ -129,16 +134,34 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   // a shared one (a tied embedding) and a gradient already accumulated all have its shape.
   std::string identity = absl::StrCat(op.name(), "|", op.attrs());
   for (const TensorDesc& d : global) absl::StrAppend(&identity, "|", d.str());
-  absl::InlinedVector<bool, 4> movable;
+  // The op's global FLOPs: the largest user of a shared stored tensor decides where it goes.
+  const double global_flops = op.cost(global, out_global).flops;
+  absl::InlinedVector<bool, 4> movable, deferrable;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    bool m = false;
+    bool m = false, defer = false;
     if (is_stored(inputs[i])) {
-      auto& users = users_[inputs[i].ref().get()];
+      const TensorRef* ref = inputs[i].ref().get();
+      auto& users = users_[ref];
       users.insert(absl::StrCat(identity, "#", i));
       m = users.size() == 1 && !inputs[i].grad().defined();
+      double& top = top_user_flops_[ref];
+      top = std::max(top, global_flops);
+      defer = !m && users.size() > 1 && fitted_ && global_flops >= top && !info(inputs[i])->unsettled &&
+              std::none_of(shared_moves_.begin(), shared_moves_.end(),
+                           [&](const SharedMove& s) { return s.t.ref().get() == ref; });
     }
     movable.push_back(m);
+    deferrable.push_back(defer);
   }
+  // defer: option b needs input i (stored, shared) moved to S(0) first.
+  auto defer = [](Built& b, size_t i, const InputTerm& in, const partition::OpContext& c, bool gather) {
+    b.deferred = true;
+    b.defer_input = i;
+    b.defer_gather = gather;
+    InputTerm mv = in;
+    mv.want = Placement::S(0);
+    b.move_us += partition::move_us(mv, c);
+  };
   std::vector<Built> built;
   for (const partition::Signature& sig : sigs) {
     for (int variant = 0; variant < 2; ++variant) {
@@ -180,21 +203,28 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
             gather_after = gather;
           } else if (gather) {
             if (!(d->placement == Placement::S(0))) {
-              if (!movable[i]) {
+              if (!movable[i] && deferrable[i]) {
+                defer(b, i, in, ctx, /*gather=*/true);
+                a = Action::kGather;  // priced as if held S(0): the move comes after the iteration
+              } else if (!movable[i]) {
                 valid = false;
                 break;
+              } else {
+                a = Action::kMove;
+                place = Placement::S(0);
+                InputTerm mv = in;
+                mv.want = place;
+                b.move_us += partition::move_us(mv, ctx);
               }
-              a = Action::kMove;
-              place = Placement::S(0);
-              InputTerm mv = in;
-              mv.want = place;
-              b.move_us += partition::move_us(mv, ctx);
             } else {
               a = Action::kGather;
             }
             gather_after = true;
           } else if (d->placement == want) {
             a = Action::kDirect;
+          } else if (!movable[i] && deferrable[i] && want == Placement::S(0)) {
+            defer(b, i, in, ctx, /*gather=*/false);
+            a = Action::kDirect;  // priced as if held there: the move comes after the iteration
           } else {
             if (!movable[i]) {
               valid = false;
@@ -234,7 +264,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
       b.row.forward_us = partition::forward_us(terms, ctx).value_or(kInf);
       b.row.move = b.move_us > 0 || std::any_of(b.d.action.begin(), b.d.action.end(),
                                                 [](Action a) { return a == Action::kMove; });
-      b.row.sig = sig.str() + (any_gather ? " +gather" : "");
+      b.row.sig = sig.str() + (any_gather ? " +gather" : "") + (b.deferred ? " (after a move)" : "");
       if (any_gather && b.d.mode == partition::Mode::kP1) b.d.mode = partition::Mode::kP2;
       built.push_back(std::move(b));
     }
@@ -252,6 +282,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
     if (!built[i].row.move && built[i].row.fits) best_stay_us = std::min(best_stay_us, mc.time_us);
   }
   for (size_t i = 0; i < built.size(); ++i) {
+    if (built[i].deferred) continue;  // not this iteration: priced for the shared move below
     if (!built[i].row.move) {
       cand.push_back(i);
     } else if (built[i].row.fits &&
@@ -287,6 +318,24 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   // for that op, so that --comm_check's comparison of decisions can be seen to catch it.
   if (!disagree_.empty() && disagree_ == op.name() && g_.index % 2 == 1 && cand.size() > 1) {
     chosen = cand[(*pick + 1) % cand.size()];
+  }
+  // A shared stored tensor's largest user: the move to S(0) that pays within the horizon
+  // (at the fitted rates) is made after the iteration.
+  {
+    const double now_us = built[chosen].row.b.total().time_us;
+    int best = -1;
+    for (size_t i = 0; i < built.size(); ++i) {
+      if (!built[i].deferred || !built[i].row.fits) continue;
+      const double saved = now_us - built[i].row.b.total().time_us;
+      if (saved * opts_.horizon_iterations > built[i].move_us &&
+          (best < 0 || built[i].row.b.total().time_us < built[static_cast<size_t>(best)].row.b.total().time_us)) {
+        best = static_cast<int>(i);
+      }
+    }
+    if (best >= 0) {
+      const Built& b = built[static_cast<size_t>(best)];
+      shared_moves_.push_back(SharedMove{inputs[b.defer_input], Placement::S(0), b.defer_gather});
+    }
   }
   ReportRow row;
   row.op = op.name();
@@ -454,8 +503,26 @@ void Planner::observe(const OpDef& op, std::span<const TensorDesc> in, std::span
   }
 }
 
+absl::Status Planner::move_shared() {
+  for (SharedMove& m : shared_moves_) {
+    const DistInfo* d = info(m.t);
+    if (d == nullptr || !d->stored || (d->placement == m.place && d->gather == m.gather)) continue;
+    m.t.set_grad(Tensor());  // this iteration's, at the old placement: the next zero_grad drops it anyway
+    MTC_RETURN_IF_ERROR(restore(m.t, m.place, m.gather, /*unsettled=*/false, m.t.ref()->dist->group));
+    register_stored(m.t);
+    ++fig_.moves;
+    ++fig_.shared_moves;
+  }
+  shared_moves_.clear();
+  return absl::OkStatus();
+}
+
 absl::Status Planner::end_iteration(Interpreter& interp) {
   ++iteration_;
+  if (!shared_moves_.empty()) {
+    MTC_RETURN_IF_ERROR(interp.sync());
+    MTC_RETURN_IF_ERROR(move_shared());
+  }
   if (iteration_ == 1 && opts_.warmup_iterations > 1) {
     MTC_RETURN_IF_ERROR(interp.sync());
     std::lock_guard<std::mutex> l(mu_);

@@ -83,6 +83,8 @@ class Planner {
   // end_iteration: counts iterations; at the end of the warm-up fits the rates on rank 0,
   // broadcasts them, and clears the decisions (each is made again at the fitted rates).
   absl::Status end_iteration(Interpreter& interp);
+  // move_shared: the moves the shared tensors' largest users asked for (collective).
+  absl::Status move_shared();
   // settle_stored / ledger.
   void register_stored(const Tensor& t);
   AutoFigures figures() const;
@@ -113,6 +115,17 @@ class Planner {
   double ledger_total_ = 0;
   // The ops (name, attributes, shapes, input position) that use each stored tensor.
   absl::flat_hash_map<const TensorRef*, absl::flat_hash_set<std::string>> users_;
+  // A shared stored tensor (a tied embedding and LM head) cannot move within an iteration:
+  // its other uses hold its old shape in their gradients. Its largest user (the most
+  // FLOPs, over every op that used it) may ask for a move to S(0), which end_iteration
+  // makes, in the order asked (the same on every rank).
+  absl::flat_hash_map<const TensorRef*, double> top_user_flops_;
+  struct SharedMove {
+    Tensor t;
+    partition::Placement place;
+    bool gather = false;
+  };
+  std::vector<SharedMove> shared_moves_;
   int iteration_ = 0;
   bool fitted_ = false;
   AutoFigures fig_;
