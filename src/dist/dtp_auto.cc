@@ -144,9 +144,13 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
       auto& users = users_[ref];
       users.insert(absl::StrCat(identity, "#", i));
       m = users.size() == 1 && !inputs[i].grad().defined();
+      // Shared: read by two ops or more (the optimizer's step, which writes it, is not a reader).
+      auto& readers = readers_[ref];
+      if (!((op.mutates_inputs() >> i) & 1)) readers.insert(absl::StrCat(identity, "#", i));
       double& top = top_user_flops_[ref];
       top = std::max(top, global_flops);
-      defer = !m && users.size() > 1 && fitted_ && global_flops >= top && !info(inputs[i])->unsettled &&
+      defer = !m && inputs[i].requires_grad() && readers.size() > 1 && fitted_ && global_flops >= top &&
+              !info(inputs[i])->unsettled &&
               std::none_of(shared_moves_.begin(), shared_moves_.end(),
                            [&](const SharedMove& s) { return s.t.ref().get() == ref; });
     }
