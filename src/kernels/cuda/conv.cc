@@ -202,10 +202,17 @@ struct Buffers {
   const void* y;  // for each pass, the one it writes is written through a const_cast
 };
 
-// measured_choice: cuDNN's Find for `pass` on the op's tensors, within a workspace of the
-// largest that any of the heuristics' candidates within kWorkspaceLimit needs (less if the
-// compute region cannot give it); its results come back fastest first, and choose()
-// takes the first deterministic one.
+// found_choice: choose() over Find's first `got` results (fastest first), each with the
+// workspace Find reported for it.
+template <typename Perf>
+absl::StatusOr<Choice> found_choice(std::vector<Perf>& perfs, int got, const char* pass) {
+  perfs.resize(static_cast<size_t>(got));
+  return choose(perfs, [&](auto algo, size_t* n) { return memory_of(perfs, algo, n); }, pass);
+}
+
+// measured_choice: cuDNN's Find for `pass` on the op's tensors, within the larger of the
+// heuristics' choice's and fallback's workspaces (less if the compute region cannot give
+// it); choose() takes the fastest deterministic result.
 absl::StatusOr<Choice> measured_choice(Pass pass, KernelContext& ctx, const ConvDescriptors& d, Buffers b,
                                        const Choice& heuristic) {
   cudnnHandle_t h = cudnn(ctx);
@@ -230,27 +237,21 @@ absl::StatusOr<Choice> measured_choice(Pass pass, KernelContext& ctx, const Conv
       std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(static_cast<size_t>(max));
       MTC_CUDA(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, b.x, d.w, b.w, d.conv, d.y, out_y, max, &got,
                                                       perfs.data(), ws, want));
-      perfs.resize(static_cast<size_t>(got));
-      return choose(perfs, [&](cudnnConvolutionFwdAlgo_t a, size_t* n) { return memory_of(perfs, a, n); },
-                    "forward");
+      return found_choice(perfs, got, "forward");
     }
     case Pass::kBackwardData: {
       MTC_CUDA(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(static_cast<size_t>(max));
       MTC_CUDA(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, b.w, d.y, b.y, d.conv, d.x, out_x, max, &got,
                                                            perfs.data(), ws, want));
-      perfs.resize(static_cast<size_t>(got));
-      return choose(perfs, [&](cudnnConvolutionBwdDataAlgo_t a, size_t* n) { return memory_of(perfs, a, n); },
-                    "backward-data");
+      return found_choice(perfs, got, "backward-data");
     }
     case Pass::kBackwardFilter: {
       MTC_CUDA(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
       std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(static_cast<size_t>(max));
       MTC_CUDA(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, b.x, d.y, b.y, d.conv, d.w, out_w, max, &got,
                                                              perfs.data(), ws, want));
-      perfs.resize(static_cast<size_t>(got));
-      return choose(perfs, [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* n) { return memory_of(perfs, a, n); },
-                    "backward-filter");
+      return found_choice(perfs, got, "backward-filter");
     }
   }
   return absl::InternalError("conv2d on CUDA: unknown pass");
