@@ -598,6 +598,7 @@ int run(const Flags& f, Input input) {
     ao.budget_bytes = static_cast<double>(
         (rt.budget_bytes() > 0 ? rt.budget_bytes() : rt.device().compute_region().capacity()) +
         rt.device().comm_region().capacity());
+    ao.grad_region_bytes = static_cast<double>(rt.device().comm_region().capacity());
     ao.optimizer_states = f.optimizer == "adamw" ? 2 : f.momentum > 0 ? 1 : 0;
     ao.step_family = f.optimizer == "adamw" ? "adamw_step" : "sgd_step";
     ao.world = comm;  // rank 0's fitted rates reach every group alike

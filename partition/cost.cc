@@ -391,6 +391,7 @@ absl::StatusOr<ModeBreakdown> mode_breakdown(const WeightOp& op, Mode m, Placeme
     default: break;
   }
   b.state_bytes = w_stored * (2 + ctx.optimizer_states);
+  b.grad_bytes = w_stored;
   b.activation_bytes = x_l + y_l;
   return b;
 }
@@ -473,6 +474,7 @@ absl::StatusOr<ModeBreakdown> signature_breakdown(const SignatureTerms& s, const
       }
       case Holding::kParameter:
         b.state_bytes += in.local_bytes * (2 + ctx.optimizer_states);
+        b.grad_bytes += in.local_bytes;
         if (ctx.training) {
           // The step reads the parameter, its gradient and its states and writes the
           // parameter and its states: (2 + 2·states) parameter-sized tensors.

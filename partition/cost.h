@@ -181,6 +181,7 @@ struct ModeBreakdown {
   double conversion_us = 0;     // X's conversion to the placement the mode needs, and its backward
   double sent_bytes = 0;        // bytes one rank sends over all of them (bus bytes: S · busbw_factor)
   double state_bytes = 0;       // parameter + gradient + optimizer state kept on the rank
+  double grad_bytes = 0;        // of state_bytes, the gradients (they go to the comm region)
   double activation_bytes = 0;  // X as the op reads it and Y as it leaves it (kept for the backward)
   double buffer_bytes = 0;      // conversion buffers: P2's gathered W and whole dW; P3's converted Y
   ModeCost total() const {

@@ -171,8 +171,34 @@ TEST(DtpAuto, TheBudgetBinds) {
   ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
   auto v = net.forward(input(xv, 8, d, g)).to_vector();
   ASSERT_FALSE(v.ok());
-  EXPECT_NE(v.status().message().find("no mode fits the budget"), std::string::npos) << v.status();
+  EXPECT_NE(v.status().message().find("no mode fits the room"), std::string::npos) << v.status();
   EXPECT_NE(v.status().message().find("linear"), std::string::npos) << v.status();
+}
+
+TEST(DtpAuto, TheCommRegionHoldsOnlyGradients) {
+  // The same total room, 8 MiB and 16 KiB: in one pool every option of the MLP fits; when
+  // the 8 MiB are the comm region, which only gradients use, no option's parameters, states
+  // and activations fit the 16 KiB outside it, and the error says so.
+  const int64_t d = 64, h = 256;
+  const std::vector<float> xv = ramp(8 * d, 0.1f, 0.0f);
+  const double grads = 8.0 * 1024 * 1024, outside = 16 * 1024;
+  for (double grad_region : {0.0, grads}) {
+    Mlp net(d, h);
+    const dtp::Group g = dtp::make_group(g_comm);
+    dtp::AutoOptions o = options();
+    o.optimizer_states = 2;
+    o.budget_bytes = grads + outside;
+    o.grad_region_bytes = grad_region;
+    ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
+    auto v = net.forward(input(xv, 8, d, g)).to_vector();
+    if (grad_region == 0) {
+      EXPECT_TRUE(v.ok()) << v.status();
+    } else {
+      ASSERT_FALSE(v.ok()) << "the parameters were placed in the comm region's room";
+      EXPECT_NE(v.status().message().find("of it outside the comm region"), std::string::npos) << v.status();
+      EXPECT_NE(v.status().message().find("op linear"), std::string::npos) << v.status();
+    }
+  }
 }
 
 TEST(DtpAuto, RanksDecidingDifferentlyAreCaughtUnderCommCheck) {

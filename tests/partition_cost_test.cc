@@ -165,6 +165,7 @@ TEST(ModeCostTest, LinearP1AllReducesDw) {
   EXPECT_DOUBLE_EQ(b->conversion_us, 0);                       // X is S(0) already
   // W, dW and AdamW's two moments, whole: 4 * 9437184 = 37748736 B.
   EXPECT_DOUBLE_EQ(b->state_bytes, 37748736);
+  EXPECT_DOUBLE_EQ(b->grad_bytes, kW);  // of it, dW (bound for the comm region)
   EXPECT_DOUBLE_EQ(b->activation_bytes, 16.0 * 768 * 4 + 16.0 * 3072 * 4);  // 245760 B
   EXPECT_DOUBLE_EQ(b->buffer_bytes, 0);
   auto c = mode_cost(op, Mode::kP1, Placement::S(0), Placement::R(), HandContext(4));
@@ -185,6 +186,7 @@ TEST(ModeCostTest, LinearP2GathersWAndReduceScattersDw) {
   EXPECT_DOUBLE_EQ(b->sent_bytes, 2 * 0.75 * kW);
   EXPECT_DOUBLE_EQ(b->collective_us, 2 * (10 + 0.001 * 0.75 * kW));
   EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW / 4);  // W/4, dW/4, two moments of W/4
+  EXPECT_DOUBLE_EQ(b->grad_bytes, kW / 4);
   EXPECT_DOUBLE_EQ(b->buffer_bytes, 2 * kW);      // gathered W and the whole dW
 }
 
@@ -361,6 +363,7 @@ TEST(SignatureTest, P1LinearComputesThriceStepsAndAllReducesDw) {
   EXPECT_DOUBLE_EQ(b->conversion_us, 0);                       // x is held S(0) already
   EXPECT_DOUBLE_EQ(b->sent_bytes, kW * 1.5);
   EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW);                    // W, dW, two moments
+  EXPECT_DOUBLE_EQ(b->grad_bytes, kW);                         // dW
   EXPECT_DOUBLE_EQ(b->activation_bytes, kX / 4 + kY / 4);
   EXPECT_DOUBLE_EQ(b->buffer_bytes, 0);
   auto f = forward_us(s, HandOpContext(4));
@@ -408,6 +411,7 @@ TEST(SignatureTest, GatheredParameterAndBuffer) {
   EXPECT_DOUBLE_EQ(b->collective_us, 2 * ag);
   EXPECT_DOUBLE_EQ(b->buffer_bytes, 2 * kW);  // the gathered W and the whole dW
   EXPECT_DOUBLE_EQ(b->state_bytes, 4 * kW / 4 + 400);
+  EXPECT_DOUBLE_EQ(b->grad_bytes, kW / 4);  // the buffer has no gradient
   auto f = forward_us(s, HandOpContext(4));
   ASSERT_TRUE(f.ok());
   EXPECT_DOUBLE_EQ(*f, kFlopsPerRank / 1e4 + 2 + ag);  // the op and the gather

@@ -88,6 +88,8 @@ struct AutoOptions {
   bool choose = true;            // false: modes are forced (--dtp=pN); the planner fits and reports only
   double lambda = 0.1;           // weight of memory against time (--dtp_lambda; docs/dtp.md says why 0.1)
   double budget_bytes = 0;       // the rank's bytes for state and the op at hand (0: no limit)
+  double grad_region_bytes = 0;  // of budget_bytes, the comm region that only gradients use
+                                 // (0: one pool); the rest must hold everything else
   double optimizer_states = 0;   // optimizer state per parameter element: 0, 1 (momentum), 2 (AdamW)
   std::string step_family;       // the optimizer step op's name ("adamw_step"), for its rates
   int warmup_iterations = 3;     // op times of iterations 2..warmup are fitted at its end

@@ -85,10 +85,12 @@ void Planner::register_stored(const Tensor& t) {
   const DistInfo* d = info(t);
   if (d == nullptr) return;
   const double factor = t.requires_grad() ? 2 + opts_.optimizer_states : 1;
-  const double b = local_bytes(t.desc(), d->placement, g_.parts) * factor;
-  auto [it, fresh] = ledger_.try_emplace(t.ref().get(), 0);
-  ledger_total_ += b - it->second;
-  it->second = b;
+  const double local = local_bytes(t.desc(), d->placement, g_.parts);
+  const Held h{local * factor, local * (factor - (t.requires_grad() ? 1 : 0))};
+  auto [it, fresh] = ledger_.try_emplace(t.ref().get());
+  ledger_total_ += h.bytes - it->second.bytes;
+  ledger_compute_ += h.compute - it->second.compute;
+  it->second = h;
 }
 
 struct Planner::Built {
@@ -123,12 +125,24 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   MTC_RETURN_IF_ERROR(op.infer(global, out_global));
   const std::string family = op.name();
   const partition::OpContext ctx = context(family);
-  // The budget left for this op: what the other stored tensors do not hold.
-  double own = 0;
+  // The budget left for this op: what the other stored tensors do not hold; and of it, what
+  // they leave outside the comm region, for all of the op's bytes but its gradients (a
+  // gradient the comm region cannot take stays in the compute region, which the first
+  // figure counts).
+  Held own;
   for (const Tensor& t : inputs) {
-    if (auto it = ledger_.find(t.ref().get()); it != ledger_.end()) own += it->second;
+    if (auto it = ledger_.find(t.ref().get()); it != ledger_.end()) {
+      own.bytes += it->second.bytes, own.compute += it->second.compute;
+    }
   }
-  const double room = opts_.budget_bytes > 0 ? opts_.budget_bytes - (ledger_total_ - own) : kInf;
+  const bool limited = opts_.budget_bytes > 0;
+  const double room = limited ? opts_.budget_bytes - (ledger_total_ - own.bytes) : kInf;
+  const double compute_room =
+      limited ? opts_.budget_bytes - opts_.grad_region_bytes - (ledger_compute_ - own.compute) : kInf;
+  auto fits = [&](const partition::ModeBreakdown& b) {
+    const partition::ModeCost mc = b.total();
+    return mc.bytes <= room && mc.bytes - b.grad_bytes <= compute_room;
+  };
 
   // A stored tensor moves only while one op uses it and it holds no gradient: the uses of
   // a shared one (a tied embedding) and a gradient already accumulated all have its shape.
@@ -282,7 +296,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   double best_stay_us = kInf;
   for (size_t i = 0; i < built.size(); ++i) {
     const partition::ModeCost mc = built[i].row.b.total();
-    built[i].row.fits = mc.bytes <= room;
+    built[i].row.fits = fits(built[i].row.b);
     if (!built[i].row.move && built[i].row.fits) best_stay_us = std::min(best_stay_us, mc.time_us);
   }
   for (size_t i = 0; i < built.size(); ++i) {
@@ -295,6 +309,30 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
       cand.push_back(i);
     }
   }
+  std::string inputs_str;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    absl::StrAppend(&inputs_str, i ? ", " : "", partition::describe(global[i], info(inputs[i]) ? info(inputs[i])->placement : Placement::R()));
+    if (is_stored(inputs[i])) absl::StrAppend(&inputs_str, info(inputs[i])->unsettled ? " (unsettled)" : " (stored)");
+  }
+  // choose_index weighs the candidates that fit both rooms (it checks the first again).
+  const std::vector<size_t> all = cand;
+  std::erase_if(cand, [&](size_t i) { return !built[i].row.fits; });
+  if (cand.empty()) {
+    auto smallest = std::min_element(all.begin(), all.end(), [&](size_t a, size_t b) {
+      return built[a].row.b.total().bytes < built[b].row.b.total().bytes;
+    });
+    std::string need = "no option";
+    if (smallest != all.end()) {
+      const partition::ModeBreakdown& b = built[*smallest].row.b;
+      need = absl::StrFormat("the smallest, %s, needs %.1f MiB, %.1f MiB of it outside the comm region",
+                             built[*smallest].row.sig, b.total().bytes / (1 << 20),
+                             (b.total().bytes - b.grad_bytes) / (1 << 20));
+    }
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "DTP --dtp=auto: op %s on %s: no mode fits the room of %.1f MiB per rank (%.1f MiB of it outside the comm "
+        "region); %s: expected a larger --budget/--memory, or more ranks",
+        op.name(), inputs_str, room / (1 << 20), compute_room / (1 << 20), need));
+  }
   std::vector<partition::ModeCost> costs;
   std::vector<std::string> names;
   int reference = -1;
@@ -305,14 +343,8 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
     costs.push_back(built[i].row.b.total());
     names.push_back(built[i].row.sig);
   }
-  std::string inputs_str;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    absl::StrAppend(&inputs_str, i ? ", " : "", partition::describe(global[i], info(inputs[i]) ? info(inputs[i])->placement : Placement::R()));
-    if (is_stored(inputs[i])) absl::StrAppend(&inputs_str, info(inputs[i])->unsettled ? " (unsettled)" : " (stored)");
-  }
-  absl::StatusOr<size_t> pick = costs.empty() ? absl::StatusOr<size_t>(absl::ResourceExhaustedError("no option"))
-                                              : partition::choose_index(costs, names, room, opts_.lambda,
-                                                                        absl::StrCat(op.name(), " on ", inputs_str), reference);
+  absl::StatusOr<size_t> pick = partition::choose_index(costs, names, room, opts_.lambda,
+                                                        absl::StrCat(op.name(), " on ", inputs_str), reference);
   if (!pick.ok()) {
     return absl::Status(pick.status().code(), absl::StrCat("DTP --dtp=auto: ", pick.status().message(),
                                                            ": expected a larger --budget/--memory, or more ranks"));
@@ -346,6 +378,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   row.inputs = inputs_str;
   row.family = family;
   row.room_bytes = room;
+  row.compute_room_bytes = compute_room;
   for (Built& b : built) row.options.push_back(std::move(b.row));
   row.chosen = chosen;
   auto d = std::make_unique<Decision>(std::move(built[chosen].d));
@@ -620,8 +653,9 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
 AutoFigures Planner::figures() const { return fig_; }
 
 std::string Planner::print_row(const ReportRow& r, bool final_rates) const {
-  std::string s = absl::StrFormat("dtp: decision %s on %s (room %.1f MiB)\n", r.op, r.inputs,
-                                  std::isfinite(r.room_bytes) ? r.room_bytes / (1 << 20) : -1.0);
+  std::string s = absl::StrFormat("dtp: decision %s on %s (room %.1f MiB, %.1f outside the comm region)\n", r.op,
+                                  r.inputs, std::isfinite(r.room_bytes) ? r.room_bytes / (1 << 20) : -1.0,
+                                  std::isfinite(r.compute_room_bytes) ? r.compute_room_bytes / (1 << 20) : -1.0);
   absl::StrAppendFormat(&s, "dtp:   %-44s %12s %12s %10s %10s\n", "signature", "pred_us", "pred_fwd_us", "MiB", "note");
   for (size_t i = 0; i < r.options.size(); ++i) {
     const ReportRow::Option& o = r.options[i];

@@ -62,6 +62,7 @@ struct ReportRow {
   uint64_t measured_ops = 0;     // ops observed for it
   uint64_t dispatches = 0;       // dispatches counted while measuring
   double room_bytes = 0;         // the budget left for it when decided
+  double compute_room_bytes = 0; // of it, what is not the comm region (for all but gradients)
 };
 
 class Planner {
@@ -110,9 +111,13 @@ class Planner {
   partition::RateTable rates_;
   absl::flat_hash_map<std::string, std::unique_ptr<Decision>> cache_;
   std::vector<ReportRow> rows_;
-  // The ledger: each stored tensor's state bytes on this rank at its placement.
-  absl::flat_hash_map<const TensorRef*, double> ledger_;
-  double ledger_total_ = 0;
+  // The ledger: each stored tensor's state bytes on this rank at its placement, and of
+  // them the bytes that are not its gradient (they cannot go to the comm region).
+  struct Held {
+    double bytes = 0, compute = 0;
+  };
+  absl::flat_hash_map<const TensorRef*, Held> ledger_;
+  double ledger_total_ = 0, ledger_compute_ = 0;
   // The ops (name, attributes, shapes, input position) that use each stored tensor.
   absl::flat_hash_map<const TensorRef*, absl::flat_hash_set<std::string>> users_;
   // A shared parameter (read by two ops: a tied embedding and LM head) cannot move within an iteration:
