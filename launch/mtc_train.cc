@@ -614,9 +614,10 @@ int run(const Flags& f, Input input) {
       if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
         fail(kFailure, absl::StrCat("placing the parameters for --dtp=auto: ", s.message()));
       }
-      out("dtp: auto over %d ranks: lambda %g, %s per rank for the training state and each op; parameters "
-          "settle where their op's first decision places them\n",
-          dtp::group_size(group), f.dtp_lambda, mib(static_cast<size_t>(ao.budget_bytes)).c_str());
+      out("dtp: auto over %d ranks: lambda %g, %s per rank for the training state and each op (%s of it the "
+          "comm region, for gradients only); parameters settle where their op's first decision places them\n",
+          dtp::group_size(group), f.dtp_lambda, mib(static_cast<size_t>(ao.budget_bytes)).c_str(),
+          mib(static_cast<size_t>(ao.grad_region_bytes)).c_str());
     } else {
       dtp::set_forced_mode(f.dtp);
       const dtp::ShardFigures sf = value_or_exit(dtp::shard(*model.net, f.dtp, group), "--dtp: ");
