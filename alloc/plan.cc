@@ -1088,10 +1088,13 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const Pl
 
   // Heuristics first, the best kept: the simulation always (O(n log n)); the skyline and
   // greedy by size cost about a tenth of a microsecond per pair of buffers live at once,
-  // so each runs only when that estimate fits in the time left (and stops at the deadline).
+  // so each runs only when that estimate fits in the time left (and stops at the deadline),
+  // or is under a millisecond of the limit: a small problem gets them even when the thread
+  // lost the time left to the scheduler (found under the sanitizers on a loaded machine).
+  const double floor_sec = std::min(limit, 1e-3);
   auto affordable = [&](double ns_per_overlap) {
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    return p.overlaps * ns_per_overlap * 1e-9 <= left;
+    return p.overlaps * ns_per_overlap * 1e-9 <= std::max(left, floor_sec);
   };
   consider(simulate_rules(buffers, p.size), "rules");
   if (!done() && affordable(kSkylineNsPerOverlap)) {
