@@ -10,13 +10,16 @@
 #    DTP (as one GPU would) by the whole batch's, which --sync_bn gives data parallel too;
 #    auto over that second time is printed beside, the same computation on both sides, and
 #    forced p1 (data parallel through DTP's dispatch) shows what DTP's path itself costs.
-# 2. With DTE: the tiny GPT under --dtp=auto without a budget and with --budget at two
-#    sizes. On one rank the losses must be identical as printed (6 decimals, a float's
-#    precision at these losses) with and without eviction (the decisions are trivial
-#    there, so only eviction differs); on N ranks within 1e-4 relative of the run without
-#    a budget at 60% of the largest rank's peak, iteration by iteration. The mode counts
-#    (the `state` line's ops_p1..ops_p4) at each are printed: the budget should move ops
-#    toward the sharded modes.
+# 2. With DTE: --dtp=auto without a budget and with --budget. On one rank (the tiny GPT)
+#    the losses must be identical as printed (6 decimals, a float's precision at these
+#    losses) with and without eviction at 60% of the peak (the decisions are trivial there,
+#    so only eviction differs). On N ranks a GPT whose state binds (tiny's 2 layers at
+#    hidden 512, batch 32: 24 MiB of state per rank outside the comm region without a
+#    budget) at no budget and at 80% and 60% of the largest rank's peak: the losses within
+#    1e-4 relative of the run without a budget, iteration by iteration, and the mode counts
+#    (the `state` line's ops_p1..ops_p4) and the state per rank at each: a tighter budget
+#    should move ops toward the sharded modes (the stored state may take --dtp_state_share,
+#    half, of the budget).
 # 3. Decision overhead and lambda: the 12-layer GPT (GPT-2 small, seq 32, batch 8, AdamW)
 #    under --dtp=off (for reference) and --dtp=auto at each --lambdas value (0 0.1 0.3 1):
 #    time, samples/s, the state and peak per rank, the mode counts, and the planner's time
@@ -114,16 +117,20 @@ if [ $dte = 1 ]; then
   verdict "1 rank: losses with --budget $b1 (60% of the peak $peak; evictions drop+swap $ev) identical to none" \
     "$(grep '^iter ' "$tmp/dte-1-budget.txt" | tail -n 1 | awk '{print "final", $4}')" "$same"
   [ "$ev" != "0+0" ] || { echo "1 rank: the budget evicted nothing, so the comparison shows nothing: FAIL"; ok=0; }
-  # N ranks: no budget, then 60% of the largest rank's peak (below it, the persistent state
-  # and the working set no longer fit); the mode table at each.
-  train "$tmp/dte-n-none.txt" "$ranks" "${gpt[@]}"
+  # N ranks: a GPT whose state binds, no budget, then 80% and 60% of the largest rank's
+  # peak; the mode table at each.
+  big=(--model=gpt --gpt_config=tiny --hidden=512 --heads=8 --seq=32 --batch=32 --optimizer=sgd --lr=1e-3
+       --warmup=0 --iterations="$iterations" --dtp=auto --memory=512MiB)
+  echo "$ranks ranks: GPT, 2 layers, hidden 512, seq 32, batch 32, SGD"
+  train "$tmp/dte-n-none.txt" "$ranks" "${big[@]}"
   peakn=$(max_peak "$tmp/dte-n-none.txt")
-  printf "%-34s %8s %8s %8s %8s %10s %s\n" "$ranks ranks, budget" ops_p1 ops_p2 ops_p3 ops_p4 evictions "losses against no budget"
-  for spec in none 60; do
+  printf "%-34s %8s %8s %8s %8s %10s %10s %s\n" "$ranks ranks, budget" ops_p1 ops_p2 ops_p3 ops_p4 "state MiB" evictions \
+    "losses against no budget"
+  for spec in none 80 60; do
     log=$tmp/dte-n-$spec.txt
     if [ "$spec" != none ]; then
       b=$(awk -v p="$peakn" -v f="$spec" 'BEGIN { printf "%dB", p * 1048576 * f / 100 }')
-      train "$log" "$ranks" "${gpt[@]}" --budget="$b"
+      train "$log" "$ranks" "${big[@]}" --budget="$b"
       cmp=$(compare_losses "$log" "$tmp/dte-n-none.txt" "budget $b" || true)
       [[ $cmp == *FAIL* ]] && ok=0
       what="$spec% of the max rank peak ($b)"
@@ -133,13 +140,17 @@ if [ $dte = 1 ]; then
     fi
     line=$(summary_line "$log")
     read -r p1 p2 p3 p4 < <(mode_counts "$log")
-    printf "%-34s %8s %8s %8s %8s %10s %s\n" "$what" "$p1" "$p2" "$p3" "$p4" \
+    state=$(sed -n 's/^state .* state_bytes=\([0-9]*\) .*/\1/p' "$log" | tail -n 1)
+    printf "%-34s %8s %8s %8s %8s %10s %10s %s\n" "$what" "$p1" "$p2" "$p3" "$p4" \
+      "$(awk -v b="$state" 'BEGIN { printf "%.1f", b / 1048576 }')" \
       "$(( $(field "$line" evict_drop) + $(field "$line" evict_swap) ))" "${cmp#budget * }"
     eval "sharded_$spec=$(( p2 + p3 + p4 ))"
+    eval "state_$spec=$state"
   done
   # shellcheck disable=SC2154
-  verdict "$ranks ranks: ops in a sharded mode (p2..p4) at no budget and at 60%, more at 60%" "$sharded_none, $sharded_60" \
-    "$([ "$sharded_60" -gt "$sharded_none" ] && echo 1 || echo 0)"
+  verdict "$ranks ranks: ops in a sharded mode (p2..p4) at no budget, 80% and 60%: more at the tighter" \
+    "$sharded_none, $sharded_80, $sharded_60" \
+    "$([ "$sharded_60" -gt "$sharded_none" ] && [ "$state_60" -lt "$state_none" ] && echo 1 || echo 0)"
   echo
 fi
 

@@ -115,6 +115,9 @@ ABSL_FLAG(FlagText, dtp_group, {"0"},
           "0: all ranks in one group)");
 ABSL_FLAG(FlagText, dtp_lambda, {"0.1"},
           "--dtp=auto: weight of memory against time in [0, 1] (0: fastest mode that fits, 1: smallest)");
+ABSL_FLAG(FlagText, dtp_state_share, {"0.5"},
+          "--dtp=auto with --budget: the share in (0, 1] of the budget that stored state (parameters, optimizer "
+          "state, buffers) may take; the rest is kept for the working set eviction cannot free");
 ABSL_FLAG(bool, dtp_report, false,
           "DTP: print each new decision (every signature's predicted time and memory) and, in the summary, each "
           "decision's predicted and measured forward time");
@@ -212,6 +215,7 @@ struct Flags {
   dtp::Mode dtp = dtp::Mode::kNone;  // --dtp (kNone with dtp_auto: auto)
   bool dtp_auto = false, dtp_report = false;
   double dtp_lambda = 0.1;
+  double dtp_state_share = 0.5;
   std::string dtp_comm, dtp_comm_text;
   int dtp_group = 0;  // ranks per partition group (0: all)
   size_t bucket_bytes;
@@ -376,6 +380,10 @@ Flags read_flags() {
   if (!(f.dtp_lambda >= 0 && f.dtp_lambda <= 1)) {
     fail(kBadValue, absl::StrCat("--dtp_lambda ", f.dtp_lambda, ": expected a number in [0, 1]"));
   }
+  f.dtp_state_share = value_or_exit(real_flag("dtp_state_share", absl::GetFlag(FLAGS_dtp_state_share)));
+  if (!(f.dtp_state_share > 0 && f.dtp_state_share <= 1)) {
+    fail(kBadValue, absl::StrCat("--dtp_state_share ", f.dtp_state_share, ": expected a number in (0, 1]"));
+  }
   f.dtp_report = absl::GetFlag(FLAGS_dtp_report);
   f.dtp_comm = absl::GetFlag(FLAGS_dtp_comm);
   if ((f.dtp_report || !f.dtp_comm.empty()) && !any_dtp) {
@@ -399,6 +407,10 @@ Flags read_flags() {
     fail(kBadValue, absl::StrCat("--dtp_group=", f.dtp_group, ": expected a divisor of the ", g_world.size, " ranks"));
   }
   if (cli::given("dtp_lambda") && !f.dtp_auto) fail(kBadValue, "--dtp_lambda without --dtp=auto: expected --dtp=auto");
+  if (cli::given("dtp_state_share") &&
+      !(f.dtp_auto && (f.runtime.evict.budget_bytes > 0 || f.runtime.budget_fraction > 0))) {
+    fail(kBadValue, "--dtp_state_share without --dtp=auto and a --budget: expected both");
+  }
   if (any_dtp && f.sync_bn) {
     fail(kBadValue, "--sync_bn with --dtp: under DTP batch norm over a split batch is synchronised already; "
                     "expected one of the two");
@@ -599,6 +611,9 @@ int run(const Flags& f, Input input) {
         (rt.budget_bytes() > 0 ? rt.budget_bytes() : rt.device().compute_region().capacity()) +
         rt.device().comm_region().capacity());
     ao.grad_region_bytes = static_cast<double>(rt.device().comm_region().capacity());
+    // Under DTE the stored state may take a share of the budget; eviction needs the rest
+    // for what it cannot evict (an op's inputs and outputs, what is pinned meanwhile).
+    if (rt.budget_bytes() > 0) ao.state_bytes = f.dtp_state_share * static_cast<double>(rt.budget_bytes());
     ao.optimizer_states = f.optimizer == "adamw" ? 2 : f.momentum > 0 ? 1 : 0;
     ao.step_family = f.optimizer == "adamw" ? "adamw_step" : "sgd_step";
     ao.world = comm;  // rank 0's fitted rates reach every group alike
@@ -615,9 +630,13 @@ int run(const Flags& f, Input input) {
         fail(kFailure, absl::StrCat("placing the parameters for --dtp=auto: ", s.message()));
       }
       out("dtp: auto over %d ranks: lambda %g, %s per rank for the training state and each op (%s of it the "
-          "comm region, for gradients only); parameters settle where their op's first decision places them\n",
+          "comm region, for gradients only%s); parameters settle where their op's first decision places them\n",
           dtp::group_size(group), f.dtp_lambda, mib(static_cast<size_t>(ao.budget_bytes)).c_str(),
-          mib(static_cast<size_t>(ao.grad_region_bytes)).c_str());
+          mib(static_cast<size_t>(ao.grad_region_bytes)).c_str(),
+          ao.state_bytes > 0 ? absl::StrCat("; stored state at most ", mib(static_cast<size_t>(ao.state_bytes)),
+                                            ", --dtp_state_share ", f.dtp_state_share, " of the budget")
+                                   .c_str()
+                             : "");
     } else {
       dtp::set_forced_mode(f.dtp);
       const dtp::ShardFigures sf = value_or_exit(dtp::shard(*model.net, f.dtp, group), "--dtp: ");

@@ -49,7 +49,9 @@ struct RateSample {
 
 // fit_rates: us = a·flops + b·bytes + c with a, b, c >= 0, by least squares on the
 // relative error (each sample weighted by 1/us², as mtc-bench-comm fits its alpha-beta
-// lines, so that small ops count as much as large ones). The non-negative solution is
+// lines, so that small ops count as much as large ones). Samples of one shape (equal
+// flops and bytes) are first averaged into one, so the fit predicts a call's mean time
+// however the calls' times spread. The non-negative solution is
 // exact: every subset of {a, b, c} is solved by the normal equations with the others held
 // at 0, and the feasible solution (all >= 0) with the smallest weighted residual wins.
 // Returns flops_per_us = 1/a and bytes_per_us = 1/b (+infinity where the coefficient is
@@ -99,8 +101,25 @@ struct CollectiveModel {
     double bus_us_per_byte = 0;  // us per byte of bus traffic (1 / bus bandwidth in bytes/us)
   };
   std::array<Line, 4> lines{};  // indexed by Collective
+  // Measured in place (calibrate): what every call takes beyond its line's time. Where
+  // ranks share cores it is mostly the wait for the last rank to arrive.
+  double per_call_us = 0;
 
+  // time_us: alpha + bus_us_per_byte · S · busbw_factor(c, p) + per_call_us; 0 on one rank.
   double time_us(Collective c, double size_bytes, int p) const;
+  // calibrate: per_call_us from collectives measured in training: the median over the
+  // calls of (measured − predicted), at least 0. The median, not the mean: on 4 ranks
+  // sharing 2 cores most calls wait 1-4 ms, but the loss's scalar all-reduce waits for
+  // the slowest rank's whole forward (30 ms), and one large reduce-scatter ran 25x its
+  // line. Errors (the model unchanged): fewer than kCalibrationCalls samples (too few for
+  // a median to stand for the calls to come), a sample whose figures are not both finite
+  // and > 0.
+  static constexpr size_t kCalibrationCalls = 10;
+  struct Sample {
+    double predicted_us = 0;  // the lines' time for the call (per_call_us 0)
+    double us = 0;            // measured
+  };
+  absl::Status calibrate(std::span<const Sample> samples);
   // set_fit: one line of mtc-bench-comm's JSON: alpha_us and beta_us_per_byte (per byte
   // of S) measured at world_size ranks; beta is turned into the per-bus-byte figure by
   // dividing by busbw_factor(c, world_size). Errors: world_size < 2, negative figures.
@@ -125,6 +144,10 @@ struct CollectiveModel {
   // parse or set_fit refuses; each names what was expected.
   static absl::StatusOr<CollectiveModel> from_bench_json(absl::string_view text, const CollectiveModel& base);
 };
+
+// conversion_us: the forward collective of one conversion (none for a local slice or no
+// step: 0), a tensor of global_bytes on p ranks, priced by m. +infinity when unsupported.
+double conversion_us(Conversion c, double global_bytes, int parts, const CollectiveModel& m);
 
 // ---------------------------------------------------------------------------------------
 // The op, its cost in a mode, and the choice.

@@ -6,7 +6,9 @@
 //  - the second forward makes no decision: every op is a cache hit;
 //  - a move carries the tensor's optimizer state, given the tensor's own group;
 //  - the budget binds: with too little room for the weights whole the planner shards
-//    them, with none at all the error names the op and the budget;
+//    them, with none at all the error names the op and the budget; a cap on the stored
+//    state's share of it shards them too, and never stops an op that adds no state; a
+//    decision that places a weight is made again for the next weight held alike;
 //  - under comm_check, ranks whose planners decide differently (a fault injected on
 //    purpose, MTC_TESTING_DTP_DISAGREE) stop with an error naming the op; without it the
 //    same ranks agree.
@@ -199,6 +201,85 @@ TEST(DtpAuto, TheCommRegionHoldsOnlyGradients) {
       EXPECT_NE(v.status().message().find("op linear"), std::string::npos) << v.status();
     }
   }
+}
+
+TEST(DtpAuto, TheStoredStateKeepsToItsShareOfTheBudget) {
+  if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
+  // A room of 64 MiB fits every option, but the stored state may take only room for the
+  // two weights' shards with two AdamW states (outside the comm region: the weight and its
+  // states, 3 x 64 KiB whole, 3 x 64 KiB / p a shard) and 16 KiB for the biases: fc1's
+  // weight cannot stay whole beside fc2's shard.
+  const int64_t d = 64, h = 256;
+  const std::vector<float> xv = ramp(8 * d, 0.1f, 0.0f);
+  const double weight_state = 3.0 * d * h * 4;
+  {
+    Mlp net(d, h);
+    const dtp::Group g = dtp::make_group(g_comm);
+    dtp::AutoOptions o = options();
+    o.optimizer_states = 2;
+    o.budget_bytes = 64.0 * 1024 * 1024;
+    o.state_bytes = 2 * weight_state / g_size + 16 * 1024;
+    ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
+    ASSERT_EQ(values(net.forward(input(xv, 8, d, g))).size(), static_cast<size_t>(8 * d));
+    EXPECT_LT(dtp::local(net.fc1->weight).desc().bytes(), net.fc1->weight.desc().bytes())
+        << "fc1's weight kept whole beyond the state's share";
+    EXPECT_LT(dtp::local(net.fc2->weight).desc().bytes(), net.fc2->weight.desc().bytes());
+  }
+  // A share too small for anything: the cap is a policy, not the memory, so the options
+  // that keep no more state than their inputs hold (the weights' initial shards) still
+  // pass it; the MLP trains, and no weight grows whole.
+  Mlp net(d, h);
+  const dtp::Group g = dtp::make_group(g_comm);
+  dtp::AutoOptions o = options();
+  o.optimizer_states = 2;
+  o.budget_bytes = 64.0 * 1024 * 1024;
+  o.state_bytes = 1024;
+  ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
+  auto v = net.forward(input(xv, 8, d, g)).to_vector();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_LT(dtp::local(net.fc1->weight).desc().bytes(), net.fc1->weight.desc().bytes());
+  EXPECT_LT(dtp::local(net.fc2->weight).desc().bytes(), net.fc2->weight.desc().bytes());
+}
+
+// Two layers of one shape on one input (as a transformer's q, k and v projections): their
+// weights are held alike, so the second's decision has the first's key. A decision that
+// places a weight is not reused for the other: until 2026-11-27 it was, and the hit placed
+// the second weight whole past the room.
+class Twin final : public nn::Module {
+ public:
+  explicit Twin(int64_t d) {
+    a = register_module("a", std::make_shared<nn::Linear>(d, d));
+    b = register_module("b", std::make_shared<nn::Linear>(d, d));
+  }
+  Tensor forward(const Tensor& x) override { return add((*a)(x), (*b)(x)); }
+  std::string type_name() const override { return "Twin"; }
+  std::shared_ptr<nn::Linear> a, b;
+};
+
+TEST(DtpAuto, ADecisionThatPlacesIsMadeAgainForTheNextTensorHeldAlike) {
+  if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
+  const int64_t d = 128;
+  const int64_t rows = 1024;  // a batch large enough that moving activations costs more than the weights
+  const std::vector<float> xv = ramp(rows * d, 0.1f, 0.0f);
+  const double whole = 3.0 * d * d * 4, shard = whole / g_size;  // a weight and two AdamW states
+  auto whole_weights = [&](double state_bytes) {
+    Twin net(d);
+    const dtp::Group g = dtp::make_group(g_comm);
+    dtp::AutoOptions o = options();
+    o.optimizer_states = 2;
+    o.lambda = 0;
+    o.budget_bytes = 64.0 * 1024 * 1024;
+    o.state_bytes = state_bytes;
+    EXPECT_TRUE(dtp::enable_auto(net, g, o).ok());
+    EXPECT_EQ(values(net.forward(input(xv, rows, d, g))).size(), static_cast<size_t>(rows * d));
+    int n = 0;
+    for (const Tensor& w : {net.a->weight, net.b->weight}) n += dtp::local(w).desc().bytes() == w.desc().bytes();
+    return n;
+  };
+  // Unbounded, the fastest option keeps both weights whole (else this test shows nothing).
+  ASSERT_EQ(whole_weights(0), 2);
+  // Room for one weight whole beside the other's shard (and the biases): one, not two.
+  EXPECT_EQ(whole_weights(whole + shard + 8 * 1024), 1);
 }
 
 TEST(DtpAuto, RanksDecidingDifferentlyAreCaughtUnderCommCheck) {

@@ -77,6 +77,29 @@ TEST(RatesTest, FitExactSamplesAndNonNegativeCoefficients) {
   EXPECT_GT(rn->flops_per_us, 0);
 }
 
+TEST(RatesTest, CallsOfOneShapeCountAtTheirMeanTime) {
+  // Two shapes, each called at two speeds (a core to itself, then shared): 1e6 FLOP in
+  // 100 and 300 us, 4e6 FLOP in 400 and 1200 us. The fit predicts each shape's mean,
+  // 200 and 800 us (5000 FLOP/us). Weighting the calls one by one would follow the fast
+  // ones: 8333 FLOP/us, 120 us for the first shape.
+  std::vector<RateSample> samples = {{1e6, 0, 100}, {1e6, 0, 300}, {4e6, 0, 400}, {4e6, 0, 1200}};
+  auto r = fit_rates(samples);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->flops_per_us, 5000, 5000 * 1e-9);
+  EXPECT_NEAR(r->overhead_us, 0, 1e-9);
+  // More calls of one shape do not outweigh the other shape: 3 calls of the first shape
+  // at 200 us and 1 of the second at 1600 us (2500 FLOP/us) fit between the two rates,
+  // each shape counted once.
+  std::vector<RateSample> uneven = {{1e6, 0, 200}, {1e6, 0, 200}, {1e6, 0, 200}, {4e6, 0, 1600}};
+  auto ru = fit_rates(uneven);
+  ASSERT_TRUE(ru.ok()) << ru.status();
+  std::vector<RateSample> once = {{1e6, 0, 200}, {4e6, 0, 1600}};
+  auto ro = fit_rates(once);
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  EXPECT_DOUBLE_EQ(ru->flops_per_us, ro->flops_per_us);
+  EXPECT_DOUBLE_EQ(ru->overhead_us, ro->overhead_us);
+}
+
 TEST(RatesTest, FitRejectsBadSamples) {
   EXPECT_FALSE(fit_rates({}).ok());
   std::vector<RateSample> bad = {{1e6, 1e3, 0}};
@@ -136,6 +159,56 @@ TEST(CollectiveTest, SetFitRescalesToOtherWorldSizes) {
   const CollectiveModel nccl = CollectiveModel::nccl_default();
   // 450 GB/s bus bandwidth: 1 GB all_reduce on 8 GPUs = 10 us + 1e9 * 1.75 / 450e3 us.
   EXPECT_NEAR(nccl.time_us(Collective::kAllReduce, 1e9, 8), 10 + 1e9 * 1.75 / 450e3, 1e-6);
+}
+
+TEST(CollectiveTest, CalibrateAddsTheMedianExcessPerCall) {
+  CollectiveModel m = HandComm();
+  // Eleven calls of four sizes: 500, 600 or 700 us over the lines' time, and one (the
+  // loss's scalar all-reduce, waiting for the slowest rank) 30 ms over: the median of the
+  // eleven excesses, 600 us, not their mean.
+  const double pred[] = {m.time_us(Collective::kAllReduce, 1e6, 4), m.time_us(Collective::kAllGather, 1e6, 4),
+                         m.time_us(Collective::kAllGather, 1e3, 4)};
+  std::vector<CollectiveModel::Sample> s;
+  for (int i = 0; i < 10; ++i) s.push_back({pred[i % 3], pred[i % 3] + 500 + 100 * (i % 3)});  // 4x 500, 3x 600, 3x 700
+  s.push_back({m.time_us(Collective::kAllReduce, 4, 4), m.time_us(Collective::kAllReduce, 4, 4) + 30000});
+  ASSERT_TRUE(m.calibrate(s).ok());
+  EXPECT_NEAR(m.per_call_us, 600, 1e-6);
+  // Every collective priced from then on: all_reduce of 1 MB, 1510 + 600 us.
+  EXPECT_NEAR(m.time_us(Collective::kAllReduce, 1e6, 4), 2110, 1e-6);
+  EXPECT_DOUBLE_EQ(m.time_us(Collective::kAllReduce, 1e6, 1), 0);  // still no call on one rank
+  // An even count takes the mean of the middle two; calls faster than their lines give
+  // no negative figure.
+  CollectiveModel a = HandComm();
+  std::vector<CollectiveModel::Sample> even;
+  for (int i = 0; i < 10; ++i) even.push_back({100, i < 5 ? 150.0 : 250.0});
+  ASSERT_TRUE(a.calibrate(even).ok());
+  EXPECT_NEAR(a.per_call_us, 100, 1e-9);  // (50 + 150) / 2
+  CollectiveModel f = HandComm();
+  const std::vector<CollectiveModel::Sample> fast(10, {100, 50});
+  ASSERT_TRUE(f.calibrate(fast).ok());
+  EXPECT_EQ(f.per_call_us, 0);
+  // Too few calls, or a bad sample: refused, the model left as it was.
+  CollectiveModel c = HandComm();
+  const std::vector<CollectiveModel::Sample> few(9, {100, 5000});
+  absl::Status st = c.calibrate(few);
+  EXPECT_NE(st.message().find("expected at least 10"), std::string::npos) << st;
+  std::vector<CollectiveModel::Sample> bad(10, {100, 200});
+  bad[3] = {0, 10};
+  st = c.calibrate(bad);
+  EXPECT_NE(st.message().find("predicted_us > 0"), std::string::npos) << st;
+  EXPECT_EQ(c.per_call_us, 0);
+}
+
+TEST(CollectiveTest, ConversionTimeIsItsForwardCollective) {
+  const CollectiveModel m = HandComm();
+  // S(0) -> R of 1 MB on 4 ranks: an all_gather, 760 us; P -> R an all_reduce, 1510 us;
+  // R -> S(0) a local slice, 0; S(0) -> S(1) an all_to_all of a rank's 250 kB shard.
+  EXPECT_DOUBLE_EQ(conversion_us(plan_conversion(Placement::S(0), Placement::R()), 1e6, 4, m), 760);
+  EXPECT_DOUBLE_EQ(conversion_us(plan_conversion(Placement::P(), Placement::R()), 1e6, 4, m), 1510);
+  EXPECT_DOUBLE_EQ(conversion_us(plan_conversion(Placement::R(), Placement::S(0)), 1e6, 4, m), 0);
+  EXPECT_DOUBLE_EQ(conversion_us(plan_conversion(Placement::S(0), Placement::S(1)), 1e6, 4, m),
+                   10 + 0.001 * 2.5e5 * 0.75);
+  EXPECT_TRUE(std::isinf(conversion_us(plan_conversion(Placement::R(), Placement::P()), 1e6, 4, m)));
 }
 
 // ---- modes ----
@@ -510,10 +583,8 @@ TEST(RatesTest, FitFromOneOrTwoSamplesOfOneShapeIsExact) {
   const std::vector<RateSample> two{{6.4e6, 2.6e7, 26000}, {6.4e6, 2.6e7, 27400}};
   r = fit_rates(two);
   ASSERT_TRUE(r.ok());
-  // Least squares of the relative error: x minimising (x/a - 1)^2 + (x/b - 1)^2, which is
-  // (1/a + 1/b) / (1/a^2 + 1/b^2) = 26663.32 us (the mean would be 26700).
-  const double a = 26000, b = 27400;
-  EXPECT_NEAR(r->time_us(6.4e6, 2.6e7), (1 / a + 1 / b) / (1 / (a * a) + 1 / (b * b)), 1e-6);
+  // Calls of one shape are averaged before the fit: the mean, 26700 us.
+  EXPECT_NEAR(r->time_us(6.4e6, 2.6e7), (26000 + 27400) / 2.0, 1e-6);
 }
 
 }  // namespace

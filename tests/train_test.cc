@@ -170,6 +170,10 @@ TEST_F(MtcTrain, BadDtpFlags) {
   expect_bad("--dtp=p5", "--dtp 'p5': expected off, p1, p2, p3 or p4, or auto");
   expect_bad("--dtp=auto --dtp_lambda=1.5", "--dtp_lambda 1.5: expected a number in [0, 1]");
   expect_bad("--dtp=p4 --dtp_lambda=0.5", "--dtp_lambda without --dtp=auto");
+  expect_bad("--dtp=auto --budget=64MiB --dtp_state_share=0", "--dtp_state_share 0: expected a number in (0, 1]");
+  expect_bad("--dtp=auto --budget=64MiB --dtp_state_share=1.5", "--dtp_state_share 1.5: expected a number in (0, 1]");
+  expect_bad("--dtp=auto --dtp_state_share=0.5", "--dtp_state_share without --dtp=auto and a --budget");
+  expect_bad("--dtp=p1 --budget=64MiB --dtp_state_share=0.5", "--dtp_state_share without --dtp=auto and a --budget");
   expect_bad("--dtp_report", "--dtp_report without --dtp");
   expect_bad("--dtp_group=2", "--dtp_group without --dtp");
   expect_bad("--dtp=auto --dtp_group=3", "--dtp_group=3: expected a divisor of the 1 ranks");

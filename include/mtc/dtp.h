@@ -90,6 +90,9 @@ struct AutoOptions {
   double budget_bytes = 0;       // the rank's bytes for state and the op at hand (0: no limit)
   double grad_region_bytes = 0;  // of budget_bytes, the comm region that only gradients use
                                  // (0: one pool); the rest must hold everything else
+  double state_bytes = 0;        // of the rest, what the stored state may hold (parameters,
+                                 // optimizer state, buffers): under DTE the remainder is kept
+                                 // for the working set it cannot evict (0: no cap of its own)
   double optimizer_states = 0;   // optimizer state per parameter element: 0, 1 (momentum), 2 (AdamW)
   std::string step_family;       // the optimizer step op's name ("adamw_step"), for its rates
   int warmup_iterations = 3;     // op times of iterations 2..warmup are fitted at its end

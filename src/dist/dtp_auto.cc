@@ -53,9 +53,30 @@ bool contraction(double flops, std::span<const TensorDesc> out) {
   return n > 0 && flops >= 8 * n;
 }
 
+// collective_us: for a collective op, the time the collectives' lines give it (c: the
+// model as given, not calibrated), or -1 for one this model does not price (a broadcast,
+// a barrier, a bucket's reduce and wait); nullopt for an op that is not a collective.
+std::optional<double> collective_us(const OpDef& op, std::span<const TensorDesc> in, std::span<const TensorDesc> out,
+                                    const partition::CollectiveModel& c) {
+  const auto* co = dynamic_cast<const dist::CollectiveOp*>(&op);
+  if (co == nullptr) return std::nullopt;
+  const int p = co->comm ? co->comm->world_size() : 1;
+  if (const auto* cv = dynamic_cast<const dist::ConvertOp*>(&op)) {
+    return partition::conversion_us(cv->step, static_cast<double>(cv->global.bytes()), p, c);
+  }
+  auto bytes = [](std::span<const TensorDesc> d) { return d.empty() ? 0.0 : static_cast<double>(d[0].bytes()); };
+  if (dynamic_cast<const dist::AllReduceOp*>(&op)) return c.time_us(partition::Collective::kAllReduce, bytes(in), p);
+  if (dynamic_cast<const dist::AllGatherOp*>(&op)) return c.time_us(partition::Collective::kAllGather, bytes(out), p);
+  if (dynamic_cast<const dist::ReduceScatterOp*>(&op)) {
+    return c.time_us(partition::Collective::kReduceScatter, bytes(in), p);
+  }
+  return -1.0;
+}
+
 }  // namespace
 
-Planner::Planner(const ShardContext& g, AutoOptions o) : g_(g), opts_(std::move(o)), rates_(opts_.initial_rates) {
+Planner::Planner(const ShardContext& g, AutoOptions o)
+    : g_(g), opts_(std::move(o)), rates_(opts_.initial_rates), comm_(opts_.comm) {
   if (const char* e = std::getenv("MTC_TESTING_DTP_DISAGREE")) disagree_ = e;
 }
 
@@ -64,7 +85,7 @@ partition::OpContext Planner::context(const std::string& family) const {
   c.parts = g_.parts;
   c.rates = rates_.get(family);
   c.step_rates = rates_.get(opts_.step_family);
-  c.comm = opts_.comm;
+  c.comm = comm_;
   c.optimizer_states = opts_.optimizer_states;
   c.training = grad_mode_enabled();
   return c;
@@ -139,9 +160,19 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   const double room = limited ? opts_.budget_bytes - (ledger_total_ - own.bytes) : kInf;
   const double compute_room =
       limited ? opts_.budget_bytes - opts_.grad_region_bytes - (ledger_compute_ - own.compute) : kInf;
-  auto fits = [&](const partition::ModeBreakdown& b) {
+  // And of that, under a state cap, what the stored state may still take. The cap is a
+  // policy, not the memory: it binds only an option that places a stored tensor (settles
+  // or moves it) and keeps more state than the op's inputs hold now; one that uses them as
+  // they are (every op with no stored input, an optimizer's step) always passes it.
+  const double state_room =
+      limited && opts_.state_bytes > 0 ? opts_.state_bytes - (ledger_compute_ - own.compute) : kInf;
+  auto fits = [&](const partition::ModeBreakdown& b, const Decision& d) {
     const partition::ModeCost mc = b.total();
-    return mc.bytes <= room && mc.bytes - b.grad_bytes <= compute_room;
+    const double state = b.state_bytes - b.grad_bytes;
+    const bool places = std::any_of(d.action.begin(), d.action.end(),
+                                    [](Action a) { return a == Action::kSettle || a == Action::kMove; });
+    return mc.bytes <= room && mc.bytes - b.grad_bytes <= compute_room &&
+           (!places || state <= state_room || state <= own.compute + 1);
   };
 
   // A stored tensor moves only while one op uses it and it holds no gradient: the uses of
@@ -296,7 +327,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   double best_stay_us = kInf;
   for (size_t i = 0; i < built.size(); ++i) {
     const partition::ModeCost mc = built[i].row.b.total();
-    built[i].row.fits = fits(built[i].row.b);
+    built[i].row.fits = fits(built[i].row.b, built[i].d);
     if (!built[i].row.move && built[i].row.fits) best_stay_us = std::min(best_stay_us, mc.time_us);
   }
   for (size_t i = 0; i < built.size(); ++i) {
@@ -324,14 +355,17 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
     std::string need = "no option";
     if (smallest != all.end()) {
       const partition::ModeBreakdown& b = built[*smallest].row.b;
-      need = absl::StrFormat("the smallest, %s, needs %.1f MiB, %.1f MiB of it outside the comm region",
+      need = absl::StrFormat("the smallest, %s, needs %.1f MiB, %.1f MiB of it outside the comm region, %.2f MiB "
+                             "of that stored state",
                              built[*smallest].row.sig, b.total().bytes / (1 << 20),
-                             (b.total().bytes - b.grad_bytes) / (1 << 20));
+                             (b.total().bytes - b.grad_bytes) / (1 << 20), (b.state_bytes - b.grad_bytes) / (1 << 20));
     }
+    const std::string state =
+        std::isfinite(state_room) ? absl::StrFormat(", %.2f MiB of that for stored state", state_room / (1 << 20)) : "";
     return absl::ResourceExhaustedError(absl::StrFormat(
         "DTP --dtp=auto: op %s on %s: no mode fits the room of %.1f MiB per rank (%.1f MiB of it outside the comm "
-        "region); %s: expected a larger --budget/--memory, or more ranks",
-        op.name(), inputs_str, room / (1 << 20), compute_room / (1 << 20), need));
+        "region%s); %s: expected a larger --budget/--memory, or more ranks",
+        op.name(), inputs_str, room / (1 << 20), compute_room / (1 << 20), state, need));
   }
   std::vector<partition::ModeCost> costs;
   std::vector<std::string> names;
@@ -379,6 +413,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   row.family = family;
   row.room_bytes = room;
   row.compute_room_bytes = compute_room;
+  row.state_room_bytes = state_room;
   for (Built& b : built) row.options.push_back(std::move(b.row));
   row.chosen = chosen;
   auto d = std::make_unique<Decision>(std::move(built[chosen].d));
@@ -394,7 +429,16 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
     std::fflush(out);
   }
   const Decision* result = d.get();
-  cache_.emplace(std::move(k), std::move(d));
+  // A decision that places a stored tensor (settles or moves it) is not kept under the
+  // key its inputs had: another tensor held alike (the next layer's weight of the same
+  // shape) must be decided against the ledger as it is then, or each hit would place one
+  // more tensor past the room. apply() keeps it under the key the inputs have afterwards.
+  if (std::any_of(result->action.begin(), result->action.end(),
+                  [](Action a) { return a == Action::kSettle || a == Action::kMove; })) {
+    placing_.push_back(std::move(d));
+  } else {
+    cache_.emplace(std::move(k), std::move(d));
+  }
   if (opts_.report && iteration_ >= 1) {
     std::lock_guard<std::mutex> l(mu_);
     ++rows_[result->report_row].dispatches;
@@ -524,8 +568,13 @@ void Planner::observe(const OpDef& op, std::span<const TensorDesc> in, std::span
                       std::span<const uint64_t> out_ids, double us) {
   std::lock_guard<std::mutex> l(mu_);
   if (sampling_ && us > 0) {
-    const OpCost c = op.cost(in, out);
-    samples_[op.name()].push_back({c.flops, c.bytes_read + c.bytes_written, us});
+    // Collectives calibrate the collectives' model; every other op its family's rates.
+    if (const std::optional<double> pred = collective_us(op, in, out, opts_.comm)) {
+      if (*pred > 0 && std::isfinite(*pred)) comm_samples_.push_back({*pred, us});
+    } else {
+      const OpCost c = op.cost(in, out);
+      samples_[op.name()].push_back({c.flops, c.bytes_read + c.bytes_written, us});
+    }
   }
   bool counted = false;  // one op, one time, however many of its outputs are measured
   for (uint64_t id : out_ids) {
@@ -590,8 +639,15 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
         absl::StatusOr<partition::Rates> r = partition::fit_rates(all);
         if (r.ok()) absl::StrAppendFormat(&text, "* %a %a %a\n", r->flops_per_us, r->bytes_per_us, r->overhead_us);
       }
+      if (!comm_samples_.empty()) {
+        partition::CollectiveModel m = opts_.comm;
+        if (m.calibrate(comm_samples_).ok()) {
+          absl::StrAppendFormat(&text, "@collectives %a %d 0\n", m.per_call_us, static_cast<int>(comm_samples_.size()));
+        }
+      }
     }
     samples_.clear();
+    comm_samples_.clear();
   }
   // Rank 0's rates to every rank: the same inputs give the same decisions.
   const dist::CommPtr& over = opts_.world ? opts_.world : g_.comm;
@@ -608,11 +664,17 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
     MTC_ASSIGN_OR_RETURN(std::vector<int32_t> got, dist::all_gather(bt, over).to_vector_i32());
     text.assign(reinterpret_cast<const char*>(got.data()), static_cast<size_t>(n));
   }
+  // Lines: "family F B C" (rates), "* F B C" (the other families), "@collectives P N 0"
+  // (the collectives' per-call time, from N calls).
   partition::RateTable table(opts_.initial_rates);
   int families = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::vector<std::string> f = absl::StrSplit(line, ' ');
     if (f.size() != 4) continue;
+    if (f[0] == "@collectives") {
+      comm_.per_call_us = std::strtod(f[1].c_str(), nullptr);
+      continue;
+    }
     partition::Rates r{std::strtod(f[1].c_str(), nullptr), std::strtod(f[2].c_str(), nullptr),
                        std::strtod(f[3].c_str(), nullptr)};
     if (f[0] == "*") {
@@ -623,7 +685,7 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
   }
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::vector<std::string> f = absl::StrSplit(line, ' ');
-    if (f.size() != 4 || f[0] == "*") continue;
+    if (f.size() != 4 || f[0] == "*" || f[0] == "@collectives") continue;
     table.set(f[0], partition::Rates{std::strtod(f[1].c_str(), nullptr), std::strtod(f[2].c_str(), nullptr),
                                      std::strtod(f[3].c_str(), nullptr)});
   }
@@ -632,6 +694,11 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
     for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
       std::vector<std::string> f = absl::StrSplit(line, ' ');
       if (f.size() != 4) continue;
+      if (f[0] == "@collectives") {
+        std::fprintf(out, "dtp: collectives measured in the warm-up (%s calls): the alpha-beta lines + %.1f us per call\n",
+                     f[2].c_str(), std::strtod(f[1].c_str(), nullptr));
+        continue;
+      }
       std::fprintf(out, "dtp: rates %-18s %12.4g FLOP/us %12.4g bytes/us %8.2f us per call\n",
                    f[0] == "*" ? "(other families)" : f[0].c_str(), std::strtod(f[1].c_str(), nullptr),
                    std::strtod(f[2].c_str(), nullptr), std::strtod(f[3].c_str(), nullptr));
@@ -644,6 +711,7 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
   fig_.families = families;
   // Each decision is made again at the fitted rates; settled parameters move only when it pays.
   cache_.clear();
+  placing_.clear();
   std::lock_guard<std::mutex> l(mu_);
   rows_.clear();
   measuring_.clear();
@@ -653,9 +721,12 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
 AutoFigures Planner::figures() const { return fig_; }
 
 std::string Planner::print_row(const ReportRow& r, bool final_rates) const {
-  std::string s = absl::StrFormat("dtp: decision %s on %s (room %.1f MiB, %.1f outside the comm region)\n", r.op,
+  std::string s = absl::StrFormat("dtp: decision %s on %s (room %.1f MiB, %.1f outside the comm region%s)\n", r.op,
                                   r.inputs, std::isfinite(r.room_bytes) ? r.room_bytes / (1 << 20) : -1.0,
-                                  std::isfinite(r.compute_room_bytes) ? r.compute_room_bytes / (1 << 20) : -1.0);
+                                  std::isfinite(r.compute_room_bytes) ? r.compute_room_bytes / (1 << 20) : -1.0,
+                                  std::isfinite(r.state_room_bytes)
+                                      ? absl::StrFormat(", %.1f of it for stored state", r.state_room_bytes / (1 << 20))
+                                      : "");
   absl::StrAppendFormat(&s, "dtp:   %-44s %12s %12s %10s %10s\n", "signature", "pred_us", "pred_fwd_us", "MiB", "note");
   for (size_t i = 0; i < r.options.size(); ++i) {
     const ReportRow::Option& o = r.options[i];

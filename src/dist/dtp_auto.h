@@ -63,6 +63,7 @@ struct ReportRow {
   uint64_t dispatches = 0;       // dispatches counted while measuring
   double room_bytes = 0;         // the budget left for it when decided
   double compute_room_bytes = 0; // of it, what is not the comm region (for all but gradients)
+  double state_room_bytes = 0;   // of that, what the stored state may take (infinite: no cap)
 };
 
 class Planner {
@@ -109,7 +110,9 @@ class Planner {
   Interpreter* interp_ = nullptr;
   AutoOptions opts_;
   partition::RateTable rates_;
+  partition::CollectiveModel comm_;  // opts_.comm, calibrated at the fit to the warm-up's collectives
   absl::flat_hash_map<std::string, std::unique_ptr<Decision>> cache_;
+  std::vector<std::unique_ptr<Decision>> placing_;  // decisions that settle or move: not cached (decide)
   std::vector<ReportRow> rows_;
   // The ledger: each stored tensor's state bytes on this rank at its placement, and of
   // them the bytes that are not its gradient (they cannot go to the comm region).
@@ -138,6 +141,7 @@ class Planner {
   // Written by the observer (worker thread).
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::vector<partition::RateSample>> samples_;
+  std::vector<partition::CollectiveModel::Sample> comm_samples_;  // collectives: the lines' time, measured
   absl::flat_hash_map<uint64_t, size_t> measuring_;  // output id -> row
   bool sampling_ = false;
   std::string disagree_;  // MTC_TESTING_DTP_DISAGREE: testing only
