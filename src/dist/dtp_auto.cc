@@ -53,8 +53,13 @@ bool contraction(double flops, std::span<const TensorDesc> out) {
   return n > 0 && flops >= 8 * n;
 }
 
+// places: an action that places a stored tensor (settles or moves it); places_any: a
+// decision with one.
+bool places(Action a) { return a == Action::kSettle || a == Action::kMove; }
+bool places_any(const Decision& d) { return std::any_of(d.action.begin(), d.action.end(), places); }
+
 // collective_us: for a collective op, the time the collectives' lines give it (c: the
-// model as given, not calibrated), or -1 for one this model does not price (a broadcast,
+// model as given, not calibrated), or 0 for one this model does not price (a broadcast,
 // a barrier, a bucket's reduce and wait); nullopt for an op that is not a collective.
 std::optional<double> collective_us(const OpDef& op, std::span<const TensorDesc> in, std::span<const TensorDesc> out,
                                     const partition::CollectiveModel& c) {
@@ -70,7 +75,7 @@ std::optional<double> collective_us(const OpDef& op, std::span<const TensorDesc>
   if (dynamic_cast<const dist::ReduceScatterOp*>(&op)) {
     return c.time_us(partition::Collective::kReduceScatter, bytes(in), p);
   }
-  return -1.0;
+  return 0.0;
 }
 
 }  // namespace
@@ -169,10 +174,8 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   auto fits = [&](const partition::ModeBreakdown& b, const Decision& d) {
     const partition::ModeCost mc = b.total();
     const double state = b.state_bytes - b.grad_bytes;
-    const bool places = std::any_of(d.action.begin(), d.action.end(),
-                                    [](Action a) { return a == Action::kSettle || a == Action::kMove; });
     return mc.bytes <= room && mc.bytes - b.grad_bytes <= compute_room &&
-           (!places || state <= state_room || state <= own.compute + 1);
+           (!places_any(d) || state <= state_room || state <= own.compute + 1);
   };
 
   // A stored tensor moves only while one op uses it and it holds no gradient: the uses of
@@ -433,8 +436,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   // key its inputs had: another tensor held alike (the next layer's weight of the same
   // shape) must be decided against the ledger as it is then, or each hit would place one
   // more tensor past the room. apply() keeps it under the key the inputs have afterwards.
-  if (std::any_of(result->action.begin(), result->action.end(),
-                  [](Action a) { return a == Action::kSettle || a == Action::kMove; })) {
+  if (places_any(*result)) {
     placing_.push_back(std::move(d));
   } else {
     cache_.emplace(std::move(k), std::move(d));
@@ -451,7 +453,7 @@ absl::Status Planner::apply(const OpDef& op, const Decision& d, std::span<const 
                             std::span<const TensorDesc> global) {
   bool placed = false;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (d.action[i] != Action::kSettle && d.action[i] != Action::kMove) continue;
+    if (!places(d.action[i])) continue;
     Tensor t = inputs[i];
     const DistInfo* di = info(t);
     if (di == nullptr || !di->stored) continue;
@@ -471,7 +473,7 @@ absl::Status Planner::apply(const OpDef& op, const Decision& d, std::span<const 
     if (!cache_.contains(k)) {
       auto again = std::make_unique<Decision>(d);
       for (size_t i = 0; i < again->action.size(); ++i) {
-        if (again->action[i] == Action::kSettle || again->action[i] == Action::kMove) {
+        if (places(again->action[i])) {
           again->action[i] = again->gather_after[i] ? Action::kGather : Action::kDirect;
         }
       }
