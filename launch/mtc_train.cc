@@ -113,6 +113,9 @@ ABSL_FLAG(std::string, dtp, "off",
 ABSL_FLAG(FlagText, dtp_group, {"0"},
           "DTP over groups of this many ranks with data parallel across the groups (a divisor of the ranks; "
           "0: all ranks in one group)");
+ABSL_FLAG(std::string, dtp_bn_stats, "batch",
+          "DTP: batch norm over a batch split across the ranks normalises by the whole batch's statistics "
+          "(batch, as one device) or each rank's own rows' (shard, as data parallel without --sync_bn)");
 ABSL_FLAG(FlagText, dtp_lambda, {"0.1"},
           "--dtp=auto: weight of memory against time in [0, 1] (0: fastest mode that fits, 1: smallest)");
 ABSL_FLAG(FlagText, dtp_state_share, {"0.5"},
@@ -218,6 +221,7 @@ struct Flags {
   double dtp_state_share = 0.5;
   std::string dtp_comm, dtp_comm_text;
   int dtp_group = 0;  // ranks per partition group (0: all)
+  dtp::BatchNormStats dtp_bn_stats = dtp::BatchNormStats::kBatch;
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
   std::string fail_mode;
@@ -413,7 +417,11 @@ Flags read_flags() {
   }
   if (any_dtp && f.sync_bn) {
     fail(kBadValue, "--sync_bn with --dtp: under DTP batch norm over a split batch is synchronised already; "
-                    "expected one of the two");
+                    "expected one of the two (--dtp_bn_stats=shard gives each rank's own statistics)");
+  }
+  f.dtp_bn_stats = value_or_exit(dtp::parse_bn_stats(absl::GetFlag(FLAGS_dtp_bn_stats)));
+  if (cli::given("dtp_bn_stats") && !any_dtp) {
+    fail(kBadValue, "--dtp_bn_stats without --dtp: expected --dtp=auto or p1..p4 (data parallel: --sync_bn)");
   }
   f.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
   f.bucket_bytes = value_or_exit(bytes_flag("bucket_size", absl::GetFlag(FLAGS_bucket_size)));
@@ -595,11 +603,15 @@ int run(const Flags& f, Input input) {
   std::unique_ptr<dtp::GradReducer> reducer;
   if (f.dtp != dtp::Mode::kNone || f.dtp_auto) {
     if (comm != nullptr) {
-      mesh = value_or_exit(dtp::make_mesh(comm, f.dtp_group, f.comm_check));
+      mesh = value_or_exit(dtp::make_mesh(comm, f.dtp_group, f.comm_check, f.dtp_bn_stats));
     } else {
-      mesh.group = dtp::make_group(nullptr, f.comm_check);
+      mesh.group = dtp::make_group(nullptr, f.comm_check, f.dtp_bn_stats);
     }
     group = mesh.group;
+    if (f.dtp_bn_stats == dtp::BatchNormStats::kShard) {
+      out("dtp: batch norm over a split batch: each rank's rows by their own statistics (--dtp_bn_stats=shard), "
+          "as data parallel without --sync_bn\n");
+    }
     // The planner's settings: the rank's memory (the DTE budget, else the compute region,
     // with the comm region the gradients go to), the optimizer's state per parameter, and
     // the collectives' model (the backend's defaults, or mtc-bench-comm's fit).

@@ -1,6 +1,7 @@
 # The runtime's multi-rank tests (included from tests/CMakeLists.txt): the collective ops,
 # synchronised batch norm and DataParallel (dist_mpitest, under mpirun with 1, 2, 4 and 8
-# ranks), data-parallel training against one rank (dp_equivalence.sh), a rank's failure
+# ranks), data-parallel training against one rank (dp_equivalence.sh), DTP with each rank's
+# batch-norm statistics against data parallel (dtp_bn_stats.sh), a rank's failure
 # stopping the job (dp_failure.sh), and what a user meets under mpirun: traces, flag errors,
 # default threads and memory (mpirun_front_door.sh). world_test reads launch/'s world.cc.
 if(TARGET world_test)
@@ -47,7 +48,7 @@ add_test(NAME mpirun_front_door
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpirun_front_door.sh $<TARGET_FILE:mtc-train>
                  $<TARGET_FILE:mtc-replay> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(mpirun_front_door PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
-foreach(script dp_equivalence dp_failure)
+foreach(script dp_equivalence dp_failure dtp_bn_stats)
   add_test(NAME ${script} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/${script}.sh $<TARGET_FILE:mtc-train>
                                   ${MPIEXEC_EXECUTABLE})
   set_tests_properties(${script} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)

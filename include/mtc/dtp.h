@@ -32,9 +32,18 @@ using partition::Mode;
 using partition::Placement;
 using Group = std::shared_ptr<const ShardContext>;
 
+// BatchNormStats: what batch norm in training normalises a batch split across the
+// group's ranks by (mtc-train --dtp_bn_stats). kBatch: the whole global batch's
+// statistics, as one device would (two small all-reduces per layer, forward and
+// backward). kShard: each rank's own rows, as data parallel without --sync_bn (no
+// collective; the running statistics then differ across the ranks, as data parallel's do).
+enum class BatchNormStats { kBatch, kShard };
+// parse_bn_stats: "batch" or "shard"; anything else is an error naming both.
+absl::StatusOr<BatchNormStats> parse_bn_stats(const std::string& s);
+
 // make_group: a partition group of every rank of c (check: compare the placements of
 // every dispatched op across the ranks, naming the op on a mismatch; --comm_check).
-Group make_group(dist::CommPtr c, bool check = false);
+Group make_group(dist::CommPtr c, bool check = false, BatchNormStats bn = BatchNormStats::kBatch);
 int group_size(const Group& g);
 int group_rank(const Group& g);
 
@@ -199,7 +208,8 @@ struct Mesh {
 };
 // make_mesh: splits world (collective: every rank calls it alike) into groups of t.
 // InvalidArgument when t < 1 or does not divide the world size: "--dtp_group=3: expected
-// a divisor of the 4 ranks (1, 2, 4)". check: as make_group's, within each group.
-absl::StatusOr<Mesh> make_mesh(dist::CommPtr world, int t, bool check = false);
+// a divisor of the 4 ranks (1, 2, 4)". check, bn: as make_group's, within each group.
+absl::StatusOr<Mesh> make_mesh(dist::CommPtr world, int t, bool check = false,
+                               BatchNormStats bn = BatchNormStats::kBatch);
 
 }  // namespace mtc::dtp

@@ -21,13 +21,22 @@ namespace mtc::dtp {
 
 using partition::Kind;
 
-Group make_group(dist::CommPtr c, bool check) {
+Group make_group(dist::CommPtr c, bool check, BatchNormStats bn) {
   auto g = std::make_shared<ShardContext>();
   g->parts = c ? c->world_size() : 1;
   g->index = c ? c->rank() : 0;
   g->comm = std::move(c);
   g->check = check;
+  g->shard_bn_stats = bn == BatchNormStats::kShard;
   return g;
+}
+
+absl::StatusOr<BatchNormStats> parse_bn_stats(const std::string& s) {
+  if (s == "batch") return BatchNormStats::kBatch;
+  if (s == "shard") return BatchNormStats::kShard;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--dtp_bn_stats=", s, ": expected batch (the whole batch's statistics, as one device) or shard (each rank's "
+      "rows, as data parallel without --sync_bn)"));
 }
 
 int group_size(const Group& g) { return g ? g->parts : 1; }

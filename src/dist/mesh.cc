@@ -12,7 +12,7 @@
 
 namespace mtc::dtp {
 
-absl::StatusOr<Mesh> make_mesh(dist::CommPtr world, int t, bool check) {
+absl::StatusOr<Mesh> make_mesh(dist::CommPtr world, int t, bool check, BatchNormStats bn) {
   if (world == nullptr) return absl::InvalidArgumentError("make_mesh: no communicator");
   const int n = world->world_size();
   if (t < 1 || n % t != 0) {
@@ -39,7 +39,7 @@ absl::StatusOr<Mesh> make_mesh(dist::CommPtr world, int t, bool check) {
                                             " of ", m.across->world_size(), " across groups, expected ", rank % t,
                                             " of ", t, " and ", m.group_index, " of ", m.groups));
   }
-  m.group = make_group(std::move(group_comm), check);
+  m.group = make_group(std::move(group_comm), check, bn);
   return m;
 }
 
