@@ -627,6 +627,7 @@ int run(const Flags& f, Input input) {
     // for what it cannot evict (an op's inputs and outputs, what is pinned meanwhile).
     if (rt.budget_bytes() > 0) ao.state_bytes = f.dtp_state_share * static_cast<double>(rt.budget_bytes());
     ao.optimizer_states = f.optimizer == "adamw" ? 2 : f.momentum > 0 ? 1 : 0;
+    ao.grad_bucket_bytes = static_cast<double>(f.bucket_bytes);
     ao.step_family = f.optimizer == "adamw" ? "adamw_step" : "sgd_step";
     ao.world = comm;  // rank 0's fitted rates reach every group alike
     ao.comm = comm != nullptr && comm->backend() == comm::Backend::kNccl ? partition::CollectiveModel::nccl_default()

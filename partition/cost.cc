@@ -212,6 +212,12 @@ double CollectiveModel::time_us(Collective c, double size_bytes, int p) const {
   return l.alpha_us + l.bus_us_per_byte * size_bytes * busbw_factor(c, p) + per_call_us;
 }
 
+double CollectiveModel::shared_call_us(Collective c, double size_bytes, int p, double call_share) const {
+  if (p <= 1) return 0;
+  const Line& l = lines[static_cast<int>(c)];
+  return l.bus_us_per_byte * size_bytes * busbw_factor(c, p) + std::clamp(call_share, 0.0, 1.0) * (l.alpha_us + per_call_us);
+}
+
 absl::Status CollectiveModel::calibrate(std::span<const Sample> samples) {
   if (samples.size() < kCalibrationCalls) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -534,7 +540,10 @@ absl::StatusOr<ModeBreakdown> signature_breakdown(const SignatureTerms& s, const
             b.buffer_bytes += in.global_bytes;
           }
         } else if (in.want.replicated() && ctx.training && in.needs_grad) {
-          call(Collective::kAllReduce, in.global_bytes, b.collective_us);  // data parallel's
+          // Data parallel's all-reduce, in a bucket with other gradients (GradReducer).
+          const double share = ctx.grad_bucket_bytes > 0 ? in.global_bytes / ctx.grad_bucket_bytes : 1.0;
+          b.collective_us += ctx.comm.shared_call_us(Collective::kAllReduce, in.global_bytes, p, share);
+          b.sent_bytes += in.global_bytes * busbw_factor(Collective::kAllReduce, p);
         }
         break;
       case Holding::kBuffer: b.state_bytes += in.local_bytes; break;

@@ -107,6 +107,10 @@ struct CollectiveModel {
 
   // time_us: alpha + bus_us_per_byte · S · busbw_factor(c, p) + per_call_us; 0 on one rank.
   double time_us(Collective c, double size_bytes, int p) const;
+  // shared_call_us: S's part of one call that carries other tensors too (a data-parallel
+  // gradient bucket): bus_us_per_byte · S · busbw_factor(c, p) + call_share · (alpha +
+  // per_call_us), call_share in [0, 1]; 0 on one rank.
+  double shared_call_us(Collective c, double size_bytes, int p, double call_share) const;
   // calibrate: per_call_us from collectives measured in training: the median over the
   // calls of (measured − predicted), at least 0. The median, not the mean: on 4 ranks
   // sharing 2 cores most calls wait 1-4 ms, but the loss's scalar all-reduce waits for
@@ -292,6 +296,10 @@ struct OpContext {
   CollectiveModel comm;     // the group's collectives
   double optimizer_states = 0;  // per parameter element, in parameters (0, 1 SGD momentum, 2 AdamW)
   bool training = true;     // the backward and the optimizer step count
+  // grad_bucket_bytes: data parallel's gradient bucket (--bucket_size), bytes. A Replicated
+  // parameter's gradient is all-reduced in a bucket with others: its share of a call's
+  // fixed time is min(1, its bytes / the bucket's). 0: a call of its own.
+  double grad_bucket_bytes = 0;
 };
 
 // signature_breakdown: the op under one signature, per rank and iteration:
@@ -301,7 +309,8 @@ struct OpContext {
 //                 it needs a gradient, the backward's adjoint collective (all_gather <->
 //                 reduce_scatter, all_to_all <-> all_to_all, all_reduce <-> all_reduce: the
 //                 gradient of a Replicated tensor is each rank's share until summed);
-//   collective_us a Replicated parameter's gradient all-reduce (data parallel), a gathered
+//   collective_us a Replicated parameter's gradient all-reduce (data parallel, its share of
+//                 a bucket's call: OpContext::grad_bucket_bytes), a gathered
 //                 one's all_gather and its gradient's reduce_scatter, and a Partial
 //                 output's all_reduce (the next op most likely needs it whole or split);
 //   state_bytes   parameters x (2 + optimizer_states) and buffers x 1, at their shards;

@@ -420,6 +420,30 @@ InputTerm Parameter(Placement have, Placement want, double global, double local,
   return t;
 }
 
+TEST(SignatureTest, AReplicatedGradientSharesItsBucketsCall) {
+  // W's gradient all-reduce, data parallel's, in a bucket 4x W's size: the per-byte time
+  // whole and a quarter of the call's fixed 10 us; per_call_us (the measured wait) is
+  // shared alike. A bucket smaller than W: a call of its own.
+  const std::vector<InputTerm> in{Activation(Placement::S(0), Placement::S(0), kX, kX / 4),
+                                  Parameter(Placement::R(), Placement::R(), kW, kW)};
+  const std::vector<OutputTerm> out{{Placement::S(0), kY, kY / 4}};
+  const SignatureTerms s{in, out, kFlopsPerRank, kX / 4 + kW + kY / 4, /*weighted=*/true};
+  OpContext ctx = HandOpContext(4);
+  ctx.grad_bucket_bytes = 4 * kW;
+  auto b = signature_breakdown(s, ctx);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_DOUBLE_EQ(b->collective_us, 0.001 * kW * 1.5 + 10.0 / 4);
+  EXPECT_DOUBLE_EQ(b->sent_bytes, kW * 1.5);
+  ctx.comm.per_call_us = 2000;
+  b = signature_breakdown(s, ctx);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_DOUBLE_EQ(b->collective_us, 0.001 * kW * 1.5 + 2010.0 / 4);
+  ctx.grad_bucket_bytes = kW / 2;
+  b = signature_breakdown(s, ctx);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_DOUBLE_EQ(b->collective_us, 0.001 * kW * 1.5 + 2010.0);
+}
+
 TEST(SignatureTest, P1LinearComputesThriceStepsAndAllReducesDw) {
   // x f32[64,768] S(0), W [768,3072] R -> y S(0) on 4 ranks, training, AdamW.
   const std::vector<InputTerm> in{Activation(Placement::S(0), Placement::S(0), kX, kX / 4),

@@ -103,6 +103,8 @@ struct AutoOptions {
                                  // optimizer state, buffers): under DTE the remainder is kept
                                  // for the working set it cannot evict (0: no cap of its own)
   double optimizer_states = 0;   // optimizer state per parameter element: 0, 1 (momentum), 2 (AdamW)
+  double grad_bucket_bytes = 0;  // the gradient reducer's bucket (--bucket_size): a Replicated
+                                 // parameter's all-reduce is priced as its share of a call
   std::string step_family;       // the optimizer step op's name ("adamw_step"), for its rates
   int warmup_iterations = 3;     // op times of iterations 2..warmup are fitted at its end
   double horizon_iterations = 100;  // a settled parameter moves only when the time it saves

@@ -121,13 +121,13 @@ class Planner {
   };
   absl::flat_hash_map<const TensorRef*, Held> ledger_;
   double ledger_total_ = 0, ledger_compute_ = 0;
-  // The ops (name, attributes, shapes, input position) that use each stored tensor.
-  absl::flat_hash_map<const TensorRef*, absl::flat_hash_set<std::string>> users_;
   // A shared parameter (read by two ops: a tied embedding and LM head) cannot move within an iteration:
   // its other uses hold its old shape in their gradients. Its largest user (the most
   // FLOPs, over every op that used it) may ask for a move to S(0), which end_iteration
   // makes, in the order asked (the same on every rank).
-  absl::flat_hash_map<const TensorRef*, absl::flat_hash_set<std::string>> readers_;  // users that do not write it
+  // The ops (name, attributes, shapes, input position) that read each stored tensor (not
+  // those that only write it in place: the optimizer's step).
+  absl::flat_hash_map<const TensorRef*, absl::flat_hash_set<std::string>> readers_;
   absl::flat_hash_map<const TensorRef*, double> top_user_flops_;
   struct SharedMove {
     Tensor t;
