@@ -13,6 +13,9 @@
 # optimizer's steps write their inputs in place and have no output to time them by (their
 # time is in the rates' fit all the same). --logs DIR re-reads the logs an earlier run left
 # with --keep DIR instead of running anything.
+# --noise runs every mode a second time (after the first runs of every mode) and prints how
+# far the two runs' measured times part, row for row (median |meas1 - meas2| / meas2): the
+# noise floor of the measurement the prediction is judged against.
 # Exit: 0 PASS; 1 FAIL; 2 usage error, a missing binary or a run that failed.
 set -euo pipefail
 
@@ -20,7 +23,7 @@ usage() {
   cat <<EOF
 usage: $0 [--ranks 4] [--models "gpt vgg16"] [--modes "p1 p2 p3 p4 auto"] [--gpt_batch 8] [--seq 64]
           [--vgg_batch 16] [--warmup 3] [--iterations 3] [--memory 3GiB] [--comm FILE] [--target 25]
-          [--keep DIR | --logs DIR]
+          [--noise] [--keep DIR | --logs DIR]
 EOF
 }
 
@@ -29,7 +32,7 @@ cd "$(dirname "$0")/.."
 mtc_train=build/launch/mtc-train
 bench_comm=build/benchmarks/mtc-bench-comm
 ranks=4 models="gpt vgg16" modes="p1 p2 p3 p4 auto" gpt_batch=8 seq=64 vgg_batch=16 warmup=3 iterations=3
-memory=3GiB comm="" target=25 keep="" logs=""
+memory=3GiB comm="" target=25 keep="" logs="" noise=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
     --target) target=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --logs) logs=$2; shift 2 ;;
+    --noise) noise=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "dtp_predict.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -92,6 +96,19 @@ rows() {
   sed -nE 's/^dtp summary: +([0-9]+) +([^ ]+) +(.*[^ ]) +([0-9.]+|inf) +([0-9.]+) +([0-9]+)  .*$/\1\t\2\t\3\t\4\t\5\t\6/p' "$1"
 }
 
+# run_mode LOG MODE: the model (args) under --dtp=MODE with the report, into LOG; with
+# --logs, LOG must be there already. Exits 2 when the run fails or the log is missing.
+run_mode() {
+  local log=$1 mode=$2
+  if [ -n "$logs" ]; then
+    [ -r "$log" ] || { echo "dtp_predict.sh: --logs: no $log" >&2; exit 2; }
+  elif ! run_logged "$log" "$mpirun" --oversubscribe -np "$ranks" "$mtc_train" "${args[@]}" --memory="$memory" \
+      --threads=1 --warmup="$warmup" --iterations="$iterations" --log_every=1000 --dtp="$mode" --dtp_report \
+      --dtp_comm="$comm"; then
+    show_tail "$model --dtp=$mode failed ($log)" "$log"; exit 2
+  fi
+}
+
 all_errs=""
 ok=1
 for model in $models; do
@@ -109,13 +126,7 @@ for model in $models; do
   declare -A mode_median=() mode_count=()
   for mode in $modes; do
     log=$tmp/$model-$mode.txt
-    if [ -n "$logs" ]; then
-      [ -r "$log" ] || { echo "dtp_predict.sh: --logs: no $log" >&2; exit 2; }
-    elif ! run_logged "$log" "$mpirun" --oversubscribe -np "$ranks" "$mtc_train" "${args[@]}" --memory="$memory" \
-        --threads=1 --warmup="$warmup" --iterations="$iterations" --log_every=1000 --dtp="$mode" --dtp_report \
-        --dtp_comm="$comm"; then
-      show_tail "$model --dtp=$mode failed" "$log"; exit 2
-    fi
+    run_mode "$log" "$mode"
     grep -q '^dtp planner: .*rates=fitted' "$log" ||
       { show_tail "$model --dtp=$mode: the planner did not fit its rates" "$log"; exit 2; }
     errs=""
@@ -133,6 +144,31 @@ for model in $models; do
   for mode in $modes; do
     echo "$model $mode: median |pred - meas| / meas = ${mode_median[$mode]}% over ${mode_count[$mode]} measured rows"
   done
+  if [ $noise = 1 ]; then
+    # The same runs again, then the rows both runs measured (same row, op and signature:
+    # auto may decide otherwise in the second run) compared.
+    noise_errs="" again_errs=""
+    for mode in $modes; do
+      log=$tmp/$model-$mode.txt again=$tmp/$model-$mode-again.txt
+      run_mode "$again" "$mode"
+      pairs=$(awk -F'\t' '
+        NR == FNR { if ($6 > 0 && $5 > 0) first[$1 FS $2 FS $3] = $5; next }
+        $6 > 0 && $5 > 0 && (($1 FS $2 FS $3) in first) {
+          m1 = first[$1 FS $2 FS $3]; d = m1 > $5 ? m1 - $5 : $5 - m1; e = $4 > $5 ? $4 - $5 : $5 - $4
+          printf "%.1f %.1f\n", 100 * d / $5, 100 * e / $5
+        }' <(rows "$log") <(rows "$again"))
+      [ -n "$pairs" ] || { echo "$model $mode: no row measured in both runs"; continue; }
+      n_errs=$(awk '{ printf "%s ", $1 }' <<<"$pairs")
+      p_errs=$(awk '{ printf "%s ", $2 }' <<<"$pairs")
+      echo "$model $mode: run to run |meas1 - meas2| / meas2 = $(median_of "$n_errs")%;" \
+        "the second run's own prediction error $(median_of "$p_errs")% (over $(wc -l <<<"$pairs") rows)"
+      noise_errs+="$n_errs" again_errs+="$p_errs"
+    done
+    if [ -n "$noise_errs" ]; then
+      echo "$model: the measurement's own noise, median run to run over every mode: $(median_of "$noise_errs")%;" \
+        "the second runs' prediction error: $(median_of "$again_errs")%"
+    fi
+  fi
   med=$(median_of "$model_errs")
   verdict "$model: median error over every op and mode (target <= $target%)" "$med%" \
     "$(awk -v m="$med" -v t="$target" 'BEGIN { print (m <= t) ? 1 : 0 }')"
