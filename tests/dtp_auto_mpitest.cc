@@ -9,6 +9,8 @@
 //    them, with none at all the error names the op and the budget; a cap on the stored
 //    state's share of it shards them too, and never stops an op that adds no state; a
 //    decision that places a weight is made again for the next weight held alike;
+//  - a weight settled sharded by the first decisions (at default rates that make its
+//    optimizer step dear) moves whole after the fit, its optimizer step notwithstanding;
 //  - under comm_check, ranks whose planners decide differently (a fault injected on
 //    purpose, MTC_TESTING_DTP_DISAGREE) stop with an error naming the op; without it the
 //    same ranks agree.
@@ -26,6 +28,7 @@
 #include "mtc/dtp.h"
 #include "mtc/interpreter.h"
 #include "mtc/nn.h"
+#include "mtc/optim.h"
 #include "mtc/ops.h"
 #include "mtc/runtime.h"
 
@@ -280,6 +283,56 @@ TEST(DtpAuto, ADecisionThatPlacesIsMadeAgainForTheNextTensorHeldAlike) {
   ASSERT_EQ(whole_weights(0), 2);
   // Room for one weight whole beside the other's shard (and the biases): one, not two.
   EXPECT_EQ(whole_weights(whole + shard + 8 * 1024), 1);
+}
+
+// The first decisions are made at AutoOptions::initial_rates; here 1 byte/us, so the
+// optimizer's step over a whole weight (p1) costs seconds and every weight settles sharded.
+// The fit then finds the step's real rate, and keeping the weights whole saves the
+// gathers per use: the planner moves them to R. The SGD step that writes each weight in
+// place is no reader of it: until 2026-11-27 it counted as a second use, which pinned
+// every weight with an optimizer where the default rates had put it (moves 0).
+TEST(DtpAuto, ASettledWeightMovesAfterTheFitPastItsOptimizerStep) {
+  if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
+  const int64_t rows = 16, d = 64, h = 256;
+  Mlp net(d, h);
+  const dtp::Group g = dtp::make_group(g_comm);
+  dtp::AutoOptions o = options();
+  o.optimizer_states = 1;
+  o.step_family = "sgd_step";
+  o.initial_rates = partition::Rates{2e4, 1.0, 0};
+  o.grad_bucket_bytes = 2 << 20;
+  ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
+  const std::vector<float> xv = ramp(rows * d, 0.1f, 0.01f), cv = ramp(rows * d, 0.02f, 0.01f);
+  std::unique_ptr<dtp::GradReducer> reducer;
+  std::unique_ptr<optim::Sgd> opt;
+  auto whole = [&] { return dtp::local(net.fc1->weight).desc().bytes() == net.fc1->weight.desc().bytes(); };
+  bool whole_before_fit = true;
+  for (int it = 0; it < o.warmup_iterations + 2; ++it) {
+    if (opt) opt->zero_grad();
+    Tensor y = net.forward(input(xv, rows, d, g));
+    if (it == o.warmup_iterations - 1) whole_before_fit = whole();
+    if (!reducer) {
+      auto r = dtp::GradReducer::create(net, g, 2 << 20);
+      ASSERT_TRUE(r.ok()) << r.status();
+      reducer = std::move(*r);
+    } else {
+      ASSERT_TRUE(reducer->refresh(net).ok());
+    }
+    ASSERT_TRUE(sum(mul(y, input(cv, rows, d, g))).backward().ok());
+    reducer->finish();
+    if (!opt) {
+      auto s = optim::Sgd::create(net.parameters(), {.lr = 0.01f, .momentum = 0.9f});
+      ASSERT_TRUE(s.ok()) << s.status();
+      opt = std::move(*s);
+    }
+    opt->step();
+    ASSERT_TRUE(dtp::end_iteration(g).ok());
+  }
+  ASSERT_FALSE(whole_before_fit) << "the default rates kept fc1's weight whole: the test shows nothing";
+  EXPECT_TRUE(whole()) << "fc1's weight stayed " << partition::describe(net.fc1->weight.desc(), dtp::placement(net.fc1->weight));
+  EXPECT_GT(dtp::auto_figures(g).moves, 0u);
+  EXPECT_TRUE(dtp::placement(opt->momentum_buffer(0)) == dtp::placement(net.fc1->weight))
+      << "the momentum moved with its weight";
 }
 
 TEST(DtpAuto, RanksDecidingDifferentlyAreCaughtUnderCommCheck) {
