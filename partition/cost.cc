@@ -215,7 +215,8 @@ double CollectiveModel::time_us(Collective c, double size_bytes, int p) const {
 double CollectiveModel::shared_call_us(Collective c, double size_bytes, int p, double call_share) const {
   if (p <= 1) return 0;
   const Line& l = lines[static_cast<int>(c)];
-  return l.bus_us_per_byte * size_bytes * busbw_factor(c, p) + std::clamp(call_share, 0.0, 1.0) * (l.alpha_us + per_call_us);
+  return l.bus_us_per_byte * size_bytes * busbw_factor(c, p) +
+         std::clamp(call_share, 0.0, 1.0) * (l.alpha_us + per_call_us);
 }
 
 absl::Status CollectiveModel::calibrate(std::span<const Sample> samples) {

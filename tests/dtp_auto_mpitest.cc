@@ -329,7 +329,8 @@ TEST(DtpAuto, ASettledWeightMovesAfterTheFitPastItsOptimizerStep) {
     ASSERT_TRUE(dtp::end_iteration(g).ok());
   }
   ASSERT_FALSE(whole_before_fit) << "the default rates kept fc1's weight whole: the test shows nothing";
-  EXPECT_TRUE(whole()) << "fc1's weight stayed " << partition::describe(net.fc1->weight.desc(), dtp::placement(net.fc1->weight));
+  EXPECT_TRUE(whole()) << "fc1's weight stayed "
+                       << partition::describe(net.fc1->weight.desc(), dtp::placement(net.fc1->weight));
   EXPECT_GT(dtp::auto_figures(g).moves, 0u);
   EXPECT_TRUE(dtp::placement(opt->momentum_buffer(0)) == dtp::placement(net.fc1->weight))
       << "the momentum moved with its weight";
