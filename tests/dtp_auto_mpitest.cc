@@ -286,17 +286,21 @@ TEST(DtpAuto, ADecisionThatPlacesIsMadeAgainForTheNextTensorHeldAlike) {
 }
 
 // The first decisions are made at AutoOptions::initial_rates; here 1 byte/us, so the
-// optimizer's step over a whole weight (p1) costs seconds and every weight settles sharded.
-// The fit then finds the step's real rate, and keeping the weights whole saves the
-// gathers per use: the planner moves them to R. The SGD step that writes each weight in
+// optimizer's step over a whole weight (p1) costs a second and the weights settle S(0),
+// gathered per use (the same local matmul, a step over a shard). The fit then finds the
+// step's real rate, and keeping a weight whole saves its all-gather and reduce-scatter per
+// iteration (the whole gradient goes in a bucket's all-reduce instead): the planner moves
+// it to R. The batch (1024 rows) makes every option that converts the activations dearer
+// than either, and λ 0 leaves memory out, so the choice is the collectives' alone. The SGD step that writes each weight in
 // place is no reader of it: until 2026-11-27 it counted as a second use, which pinned
 // every weight with an optimizer where the default rates had put it (moves 0).
 TEST(DtpAuto, ASettledWeightMovesAfterTheFitPastItsOptimizerStep) {
   if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
-  const int64_t rows = 16, d = 64, h = 256;
+  const int64_t rows = 1024, d = 64, h = 256;
   Mlp net(d, h);
   const dtp::Group g = dtp::make_group(g_comm);
   dtp::AutoOptions o = options();
+  o.lambda = 0;
   o.optimizer_states = 1;
   o.step_family = "sgd_step";
   o.initial_rates = partition::Rates{2e4, 1.0, 0};
