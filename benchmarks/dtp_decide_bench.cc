@@ -86,7 +86,7 @@ void BM_DecideHit(benchmark::State& state) {
   }
   const mtc::dtp::Decision d = **first;
   for (size_t i = 0; i < s.inputs.size(); ++i) {
-    if (d.action[i] == mtc::dtp::Action::kSettle || d.action[i] == mtc::dtp::Action::kMove) {
+    if (mtc::dtp::places(d.action[i])) {
       s.inputs[i] = held(s.global[i].shape, d.place[i], true, d.gather_after[i], s.group);
     }
   }

@@ -207,9 +207,7 @@ double collective_size_bytes(Collective c, double global_bytes, int p) {
 }
 
 double CollectiveModel::time_us(Collective c, double size_bytes, int p) const {
-  if (p <= 1) return 0;
-  const Line& l = lines[static_cast<int>(c)];
-  return l.alpha_us + l.bus_us_per_byte * size_bytes * busbw_factor(c, p) + per_call_us;
+  return shared_call_us(c, size_bytes, p, 1.0);
 }
 
 double CollectiveModel::shared_call_us(Collective c, double size_bytes, int p, double call_share) const {
@@ -511,9 +509,10 @@ absl::StatusOr<ModeBreakdown> signature_breakdown(const SignatureTerms& s, const
   ModeBreakdown b;
   const double op_us = ctx.rates.time_us(s.flops, s.bytes);
   b.compute_us = op_us * (ctx.training ? (s.weighted ? 3 : 2) : 1);
-  auto call = [&](Collective c, double global_bytes, double& into_us) {
+  // call: one collective of the op; share: its part of a call that carries other tensors.
+  auto call = [&](Collective c, double global_bytes, double& into_us, double share = 1.0) {
     const double size = collective_size_bytes(c, global_bytes, p);
-    into_us += ctx.comm.time_us(c, size, p);
+    into_us += ctx.comm.shared_call_us(c, size, p, share);
     b.sent_bytes += size * busbw_factor(c, p);
   };
   for (const InputTerm& in : s.inputs) {
@@ -543,8 +542,7 @@ absl::StatusOr<ModeBreakdown> signature_breakdown(const SignatureTerms& s, const
         } else if (in.want.replicated() && ctx.training && in.needs_grad) {
           // Data parallel's all-reduce, in a bucket with other gradients (GradReducer).
           const double share = ctx.grad_bucket_bytes > 0 ? in.global_bytes / ctx.grad_bucket_bytes : 1.0;
-          b.collective_us += ctx.comm.shared_call_us(Collective::kAllReduce, in.global_bytes, p, share);
-          b.sent_bytes += in.global_bytes * busbw_factor(Collective::kAllReduce, p);
+          call(Collective::kAllReduce, in.global_bytes, b.collective_us, share);
         }
         break;
       case Holding::kBuffer: b.state_bytes += in.local_bytes; break;

@@ -105,7 +105,8 @@ struct CollectiveModel {
   // ranks share cores it is mostly the wait for the last rank to arrive.
   double per_call_us = 0;
 
-  // time_us: alpha + bus_us_per_byte · S · busbw_factor(c, p) + per_call_us; 0 on one rank.
+  // time_us: alpha + bus_us_per_byte · S · busbw_factor(c, p) + per_call_us; 0 on one rank
+  // (shared_call_us with the whole call).
   double time_us(Collective c, double size_bytes, int p) const;
   // shared_call_us: S's part of one call that carries other tensors too (a data-parallel
   // gradient bucket): bus_us_per_byte · S · busbw_factor(c, p) + call_share · (alpha +

@@ -53,9 +53,7 @@ bool contraction(double flops, std::span<const TensorDesc> out) {
   return n > 0 && flops >= 8 * n;
 }
 
-// places: an action that places a stored tensor (settles or moves it); places_any: a
-// decision with one.
-bool places(Action a) { return a == Action::kSettle || a == Action::kMove; }
+// places_any: a decision with an action that places a stored tensor (places, dtp_auto.h).
 bool places_any(const Decision& d) { return std::any_of(d.action.begin(), d.action.end(), places); }
 
 // collective_us: for a collective op, the time the collectives' lines give it (c: the

@@ -30,6 +30,9 @@ enum class Action : uint8_t {
   kMove = 4,     // stored and settled elsewhere: moved to `place` (with its optimizer state)
 };
 
+// places: an action that places a stored tensor (settles or moves it).
+inline bool places(Action a) { return a == Action::kSettle || a == Action::kMove; }
+
 // Decision: the cached outcome for one (op, attributes, shapes, placements).
 struct Decision {
   partition::Signature sig;
