@@ -2,7 +2,7 @@
 # DTP's cost model against the clock: for every op that DTP dispatches in the 12-layer GPT
 # (GPT-2 small) and VGG-16, under each forced mode (p1..p4) and --dtp=auto, on N CPU ranks
 # (default 4), the forward time the model predicts for the op and its conversions
-# (`pred_fwd_us`, at the rates fitted to the warm-up's op times) beside the time measured
+# (`pred_fwd_us`, at the rates fitted to the op times of iterations 2 to --dtp_warmup) beside the time measured
 # for them after the warm-up (`meas_fwd_us`, the mean over the timed iterations), read
 # from mtc-train --dtp_report's summary table (docs/dtp.md, "Reading the report").
 # Collectives are priced by the alpha-beta fit that mtc-bench-comm writes for the same
@@ -22,7 +22,7 @@ set -euo pipefail
 usage() {
   cat <<EOF
 usage: $0 [--ranks 4] [--models "gpt vgg16"] [--modes "p1 p2 p3 p4 auto"] [--gpt_batch 8] [--seq 64]
-          [--vgg_batch 16] [--warmup 3] [--iterations 3] [--memory 3GiB] [--comm FILE] [--target 25]
+          [--vgg_batch 16] [--warmup 3] [--dtp_warmup 3] [--iterations 3] [--memory 3GiB] [--comm FILE] [--target 25]
           [--noise] [--keep DIR | --logs DIR]
 EOF
 }
@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train
 bench_comm=build/benchmarks/mtc-bench-comm
-ranks=4 models="gpt vgg16" modes="p1 p2 p3 p4 auto" gpt_batch=8 seq=64 vgg_batch=16 warmup=3 iterations=3
+ranks=4 models="gpt vgg16" modes="p1 p2 p3 p4 auto" gpt_batch=8 seq=64 vgg_batch=16 warmup=3 dtp_warmup=3 iterations=3
 memory=3GiB comm="" target=25 keep="" logs="" noise=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,6 +42,7 @@ while [ $# -gt 0 ]; do
     --seq) seq=$2; shift 2 ;;
     --vgg_batch) vgg_batch=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --dtp_warmup) dtp_warmup=$2; shift 2 ;;
     --iterations) iterations=$2; shift 2 ;;
     --memory) memory=$2; shift 2 ;;
     --comm) comm=$2; shift 2 ;;
@@ -54,8 +55,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 need_counts ranks gpt_batch seq vgg_batch iterations
-if [[ ! $warmup =~ ^[0-9]+$ ]] || [ "$warmup" -lt 3 ]; then
-  echo "dtp_predict.sh: --warmup must be at least 3 (the planner fits its rates at the end of iteration 3), got '$warmup'" >&2
+if [[ ! $dtp_warmup =~ ^[0-9]+$ ]] || [ "$dtp_warmup" -lt 2 ]; then
+  echo "dtp_predict.sh: --dtp_warmup must be a whole number of at least 2, got '$dtp_warmup'" >&2
+  exit 2
+fi
+if [[ ! $warmup =~ ^[0-9]+$ ]] || [ "$warmup" -lt "$dtp_warmup" ]; then
+  echo "dtp_predict.sh: --warmup must be at least --dtp_warmup ($dtp_warmup: the planner fits its rates at the end of that iteration), got '$warmup'" >&2
   exit 2
 fi
 for m in $models; do
@@ -103,7 +108,7 @@ run_mode() {
   if [ -n "$logs" ]; then
     [ -r "$log" ] || { echo "dtp_predict.sh: --logs: no $log" >&2; exit 2; }
   elif ! run_logged "$log" "$mpirun" --oversubscribe -np "$ranks" "$mtc_train" "${args[@]}" --memory="$memory" \
-      --threads=1 --warmup="$warmup" --iterations="$iterations" --log_every=1000 --dtp="$mode" --dtp_report \
+      --threads=1 --warmup="$warmup" --iterations="$iterations" --log_every=1000 --dtp="$mode" --dtp_warmup="$dtp_warmup" --dtp_report \
       --dtp_comm="$comm"; then
     show_tail "$model --dtp=$mode failed ($log)" "$log"; exit 2
   fi

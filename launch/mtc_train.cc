@@ -121,6 +121,9 @@ ABSL_FLAG(FlagText, dtp_lambda, {"0.1"},
 ABSL_FLAG(FlagText, dtp_state_share, {"0.5"},
           "--dtp=auto with --budget: the share in (0, 1] of the budget that stored state (parameters, optimizer "
           "state, buffers) may take; the rest is kept for the working set eviction cannot free");
+ABSL_FLAG(FlagText, dtp_warmup, {"3"},
+          "DTP: iterations before the cost model's rates are fitted, to the op times of iterations 2 to this one "
+          "(at least 2); decisions until then use the default rates");
 ABSL_FLAG(bool, dtp_report, false,
           "DTP: print each new decision (every signature's predicted time and memory) and, in the summary, each "
           "decision's predicted and measured forward time");
@@ -221,6 +224,7 @@ struct Flags {
   double dtp_state_share = 0.5;
   std::string dtp_comm, dtp_comm_text;
   int dtp_group = 0;  // ranks per partition group (0: all)
+  int dtp_warmup = 3;  // iterations before the rates' fit
   dtp::BatchNormStats dtp_bn_stats = dtp::BatchNormStats::kBatch;
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
@@ -404,6 +408,8 @@ Flags read_flags() {
       fail(kBadValue, absl::StrCat("--dtp_comm ", f.dtp_comm, ": ", m.status().message()));
     }
   }
+  f.dtp_warmup = value_or_exit(int_flag("dtp_warmup", absl::GetFlag(FLAGS_dtp_warmup), 2));
+  if (cli::given("dtp_warmup") && !any_dtp) fail(kBadValue, "--dtp_warmup without --dtp: expected --dtp=auto or p1..p4");
   f.dtp_group = value_or_exit(int_flag("dtp_group", absl::GetFlag(FLAGS_dtp_group), 0));
   if (cli::given("dtp_group") && !any_dtp) fail(kBadValue, "--dtp_group without --dtp: expected --dtp=auto or p1..p4");
   if (f.dtp_group == 0) f.dtp_group = g_world.size;
@@ -619,6 +625,7 @@ int run(const Flags& f, Input input) {
     ao.choose = f.dtp_auto;
     ao.lambda = f.dtp_lambda;
     ao.report = f.dtp_report;
+    ao.warmup_iterations = f.dtp_warmup;
     ao.budget_bytes = static_cast<double>(
         (rt.budget_bytes() > 0 ? rt.budget_bytes() : rt.device().compute_region().capacity()) +
         rt.device().comm_region().capacity());

@@ -8,7 +8,8 @@
 //  - the budget binds: with too little room for the weights whole the planner shards
 //    them, with none at all the error names the op and the budget; a cap on the stored
 //    state's share of it shards them too, and never stops an op that adds no state; a
-//    decision that places a weight is made again for the next weight held alike;
+//    decision that places a weight is made again for the next weight held alike, and the
+//    report's summary gives such decisions one line;
 //  - a weight settled sharded by the first decisions (at default rates that make its
 //    optimizer step dear) moves whole after the fit, its optimizer step notwithstanding;
 //  - under comm_check, ranks whose planners decide differently (a fault injected on
@@ -19,6 +20,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "comm/communicator.h"
 #include "dist/dtp.h"
 #include "gtest/gtest.h"
@@ -283,6 +287,49 @@ TEST(DtpAuto, ADecisionThatPlacesIsMadeAgainForTheNextTensorHeldAlike) {
   ASSERT_EQ(whole_weights(0), 2);
   // Room for one weight whole beside the other's shard (and the biases): one, not two.
   EXPECT_EQ(whole_weights(whole + shard + 8 * 1024), 1);
+}
+
+// Each weight of the Twin is placed by a decision of its own, and both decisions are alike
+// (the same op on the same global inputs, taking the same signature): the report's summary
+// gives them one line, with the calls of both.
+TEST(DtpAuto, TheSummaryGivesDecisionsAlikeOneLine) {
+  if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
+  const int64_t d = 64, rows = 64;
+  const std::vector<float> xv = ramp(rows * d, 0.1f, 0.0f);
+  Twin net(d);
+  const dtp::Group g = dtp::make_group(g_comm);
+  dtp::AutoOptions o = options();
+  o.report = true;
+  std::FILE* sink = std::tmpfile();
+  ASSERT_NE(sink, nullptr);
+  o.report_to = sink;
+  ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
+  for (int it = 0; it < 2; ++it) {  // the second iteration's calls are measured
+    EXPECT_EQ(values(net.forward(input(xv, rows, d, g))).size(), static_cast<size_t>(rows * d));
+    ASSERT_TRUE(dtp::end_iteration(g).ok());
+  }
+  std::fclose(sink);
+  const std::string summary = dtp::auto_summary(g);
+  size_t decisions = 0, lines = 0;
+  ASSERT_EQ(std::sscanf(summary.c_str(), "dtp summary: %zu decisions (%zu lines)", &decisions, &lines), 2) << summary;
+  EXPECT_LT(lines, decisions) << summary;
+  int linear_lines = 0;
+  uint64_t linear_calls = 0;
+  for (absl::string_view line : absl::StrSplit(summary, '\n')) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.size() < 4 || f[3] != "linear") continue;
+    ++linear_lines;
+    // dtp summary: ROW linear SIGNATURE... PRED MEAS CALLS  INPUTS: CALLS is the last number
+    // before the inputs, which begin with the activation's "f32[".
+    for (size_t i = 4; i + 1 < f.size(); ++i) {
+      if (absl::StartsWith(f[i + 1], "f32[")) {
+        ASSERT_TRUE(absl::SimpleAtoi(f[i], &linear_calls)) << line;
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(linear_lines, 1) << summary;
+  EXPECT_EQ(linear_calls, 2u) << "the second iteration's two linear calls, on the one line\n" << summary;
 }
 
 // The first decisions are made at AutoOptions::initial_rates; here 1 byte/us, so the

@@ -748,21 +748,40 @@ std::string Planner::print_row(const ReportRow& r, bool final_rates) const {
 
 std::string Planner::summary() const {
   std::lock_guard<std::mutex> l(mu_);
-  std::string s = absl::StrFormat(
-      "dtp summary: %zu decisions, %" PRIu64 " cache hits, %" PRIu64 " settled, %" PRIu64
-      " moved, rates %s (%d families)\n",
-      rows_.size(), fig_.hits, fig_.settled, fig_.moves, fitted_ ? "fitted" : "default", fig_.families);
-  absl::StrAppendFormat(&s, "dtp summary: %-5s %-14s %-44s %12s %12s %8s  %s\n", "row", "op", "signature",
-                        "pred_fwd_us", "meas_fwd_us", "calls", "inputs");
+  // Decisions alike (the same op on the same global inputs and placements, taking the same
+  // signature) share a line: each weight of a layer stack is placed by a decision of its
+  // own, and 48 lines of one q/k/v projection, each measured over its one first call,
+  // said less than one line over all their calls.
+  std::vector<size_t> first;  // per line: its first row
+  std::vector<double> meas_us;
+  std::vector<uint64_t> calls;
+  absl::flat_hash_map<std::string, size_t> line_of;
   for (size_t i = 0; i < rows_.size(); ++i) {
     const ReportRow& r = rows_[i];
+    auto [it, fresh] = line_of.try_emplace(absl::StrCat(r.op, "|", r.options[r.chosen].sig, "|", r.inputs), first.size());
+    if (fresh) {
+      first.push_back(i);
+      meas_us.push_back(0);
+      calls.push_back(0);
+    }
+    meas_us[it->second] += r.measured_us;
+    calls[it->second] += r.dispatches;
+  }
+  std::string s = absl::StrFormat(
+      "dtp summary: %zu decisions (%zu lines), %" PRIu64 " cache hits, %" PRIu64 " settled, %" PRIu64
+      " moved, rates %s (%d families)\n",
+      rows_.size(), first.size(), fig_.hits, fig_.settled, fig_.moves, fitted_ ? "fitted" : "default", fig_.families);
+  absl::StrAppendFormat(&s, "dtp summary: %-5s %-14s %-44s %12s %12s %8s  %s\n", "row", "op", "signature",
+                        "pred_fwd_us", "meas_fwd_us", "calls", "inputs");
+  for (size_t j = 0; j < first.size(); ++j) {
+    const ReportRow& r = rows_[first[j]];
     const ReportRow::Option& o = r.options[r.chosen];
     const partition::OpContext ctx = context(r.family);
     partition::SignatureTerms terms{o.in, o.out, o.flops, o.bytes, o.contraction};
     const double f = partition::forward_us(terms, ctx).value_or(kInf);
-    const double meas = r.dispatches > 0 ? r.measured_us / static_cast<double>(r.dispatches) : 0;
-    absl::StrAppendFormat(&s, "dtp summary: %-5zu %-14s %-44s %12.1f %12.1f %8" PRIu64 "  %s\n", i, r.op, o.sig, f,
-                          meas, r.dispatches, r.inputs);
+    const double meas = calls[j] > 0 ? meas_us[j] / static_cast<double>(calls[j]) : 0;
+    absl::StrAppendFormat(&s, "dtp summary: %-5zu %-14s %-44s %12.1f %12.1f %8" PRIu64 "  %s\n", first[j], r.op, o.sig,
+                          f, meas, calls[j], r.inputs);
   }
   return s;
 }
