@@ -66,7 +66,8 @@ Score EvictionCost::score(const CandidateStats& c) const {
         cost = drop_ok ? c_r : c.swap_us;
       }
       const double room = m + static_cast<double>(c.free_left + c.free_right);
-      s.h = std::max(cost, 1e-3) * std::pow(beta_, c.recompute_count) / (room * stale);
+      const double factor = std::pow(beta_, std::min(c.recompute_count, beta_max_power_));
+      s.h = std::max(cost, 1e-3) * factor / (room * stale);
       break;
     }
     case EvictPolicy::kDtr:

@@ -44,7 +44,8 @@ struct Score {
 
 class EvictionCost {
  public:
-  explicit EvictionCost(const EvictOptions& o) : policy_(o.policy), mode_(o.mode), beta_(o.beta) {}
+  explicit EvictionCost(const EvictOptions& o)
+      : policy_(o.policy), mode_(o.mode), beta_(o.beta), beta_max_power_(o.beta_max_power) {}
   Score score(const CandidateStats& c) const;
   EvictPolicy policy() const { return policy_; }
 
@@ -52,6 +53,7 @@ class EvictionCost {
   EvictPolicy policy_;
   EvictMode mode_;
   double beta_;
+  uint32_t beta_max_power_;
 };
 
 }  // namespace mtc::evict

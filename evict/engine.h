@@ -150,9 +150,13 @@ class Engine {
   // stats: DTE's totals; the executor adds its own op runs and their times.
   EvictStats& stats() { return stats_; }
   double bytes_per_us() const { return bytes_per_us_; }  // gamma
+  // pinned: the resident bytes pinned now and at most (every Pins is made with it).
+  PinnedBytes& pinned() { return pinned_; }
+  const PinnedBytes& pinned() const { return pinned_; }
 
  private:
   absl::Status recompute(TensorRecord& r);
+  absl::Status check_overhead(const TensorRecord& r) const;  // EvictOptions::max_overhead_us
   void consider(TensorRecord* r, bool fragmented, TensorRecord*& best, Score& best_score);
   // waiting_pins: how many of r's pins are waiting pins (Note [Regeneration order]).
   uint32_t waiting_pins(const TensorRecord& r) const;
@@ -189,6 +193,7 @@ class Engine {
   static constexpr uint64_t kSnapshotIdBase = uint64_t{1} << 62;  // above any handle's id
   uint64_t next_snapshot_ = 0;
   EvictStats stats_;
+  PinnedBytes pinned_;
   std::multimap<size_t, std::unique_ptr<std::byte[]>> host_pool_;  // Note in take_host_buffer
   size_t host_pool_bytes_ = 0;
   size_t swapped_now_ = 0, swapped_high_ = 0;  // bytes swapped out at present, at most

@@ -62,17 +62,36 @@ struct TensorRecord {
   size_t ref_count() const { return (handle_alive ? 1 : 0) + users.size(); }
 };
 
-// Pins: pins records for the life of an op's run, unpinning on every path out.
+// PinnedBytes: the bytes of the resident tensors that are pinned, now and at most (the
+// engine keeps one; the out-of-memory message and mtc-replay read it).
+struct PinnedBytes {
+  size_t now = 0, peak = 0;
+  void add(size_t b) {
+    now += b;
+    if (now > peak) peak = now;
+  }
+  void sub(size_t b) { now -= b; }
+};
+
+// Pins: pins records for the life of an op's run, unpinning on every path out. A record
+// resident when its first pin comes (or made resident while pinned: the engine sees to
+// that) counts in `bytes` until its last pin goes.
 class Pins {
  public:
+  explicit Pins(PinnedBytes& bytes) : bytes_(bytes) {}
+  Pins(const Pins&) = delete;
+  Pins& operator=(const Pins&) = delete;
   ~Pins() {
-    for (TensorRecord* r : pinned_) --r->pin_count;
+    for (TensorRecord* r : pinned_) {
+      if (--r->pin_count == 0 && r->state == StorageState::kResident) bytes_.sub(r->block.size);
+    }
   }
   void add(TensorRecord* r) {
-    ++r->pin_count;
+    if (r->pin_count++ == 0 && r->state == StorageState::kResident) bytes_.add(r->block.size);
     pinned_.push_back(r);
   }
  private:
+  PinnedBytes& bytes_;
   absl::InlinedVector<TensorRecord*, 4> pinned_;
 };
 

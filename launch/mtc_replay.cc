@@ -1,7 +1,11 @@
 // mtc-replay: replays a trace recorded by `mtc-train --record-trace` through DTE's eviction
-// and allocator code on a virtual device, at one or more budgets, and prints per budget the
-// overhead (compute + recompute + swap) / compute, the peak and whether it ran out of
-// memory. See docs/trace-format.md.
+// and allocator code on a virtual device, at one or more memory limits, and prints per
+// limit the overhead (compute + recompute + swap) / compute, the peak, whether it ran out
+// of memory or past the overhead cap, the evictions by cause and the peak pinned bytes.
+// A limit is a byte budget m* on the trace's compute region (`--limit budget`), or the
+// compute region itself made that small (`--limit region`: no budget, so fragmentation
+// can bind). See docs/trace-format.md and docs/dte.md.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -22,6 +26,15 @@ ABSL_FLAG(std::string, budget, "",
 ABSL_FLAG(std::string, policy, "mtc", "eviction policy: mtc|dtr|lru|largest|capuchin");
 ABSL_FLAG(std::string, mode, "both", "evictions allowed: both|drop|swap");
 ABSL_FLAG(int, skip, 1, "iterations run but not counted (warm-up), as mtc-train's --warmup");
+ABSL_FLAG(double, beta, mtc::EvictOptions{}.beta, "policy mtc: beta, the factor per recompute in beta^ret (>= 1)");
+ABSL_FLAG(int, beta_max_power, static_cast<int>(mtc::EvictOptions{}.beta_max_power),
+          "policy mtc: the most recomputes beta^ret counts (>= 0)");
+ABSL_FLAG(std::string, limit, "budget,region",
+          "what each --budget limits, one or both, comma-separated: budget (a byte budget m* on the trace's compute "
+          "region) | region (the compute region itself that size, no budget: fragmentation can bind)");
+ABSL_FLAG(std::string, max_overhead, "4",
+          "stop a replay once recomputing and swapping have taken more than (this - 1) x the trace's compute time, "
+          "and say so (0: no cap)");
 
 namespace mtc {
 namespace {
@@ -52,8 +65,32 @@ int run() {
   if (!mode.ok()) fail(kBadValue, absl::StrCat("--mode: ", mode.status().message()));
   ev.policy = *policy;
   ev.mode = *mode;
+  ev.beta = absl::GetFlag(FLAGS_beta);
+  if (!(ev.beta >= 1) || !std::isfinite(ev.beta)) {
+    fail(kBadValue, absl::StrCat("--beta ", ev.beta, ": expected a number >= 1"));
+  }
+  if (absl::GetFlag(FLAGS_beta_max_power) < 0) {
+    fail(kBadValue, absl::StrCat("--beta_max_power ", absl::GetFlag(FLAGS_beta_max_power), ": expected a count >= 0"));
+  }
+  ev.beta_max_power = static_cast<uint32_t>(absl::GetFlag(FLAGS_beta_max_power));
   const int skip = absl::GetFlag(FLAGS_skip);
   if (skip < 0) fail(kBadValue, absl::StrCat("--skip ", skip, ": expected a count >= 0"));
+  bool by_budget = false, by_region = false;
+  for (absl::string_view l : absl::StrSplit(absl::GetFlag(FLAGS_limit), ',')) {
+    if (l == "budget") {
+      by_budget = true;
+    } else if (l == "region") {
+      by_region = true;
+    } else {
+      fail(kBadValue, absl::StrCat("--limit: '", l, "': expected budget, region, or both comma-separated"));
+    }
+  }
+  double max_overhead = 0;
+  if (!absl::SimpleAtod(absl::GetFlag(FLAGS_max_overhead), &max_overhead) || !std::isfinite(max_overhead) ||
+      !(max_overhead == 0 || max_overhead > 1)) {
+    fail(kBadValue, absl::StrCat("--max_overhead '", absl::GetFlag(FLAGS_max_overhead),
+                                 "': expected a number above 1 (a multiple of the compute time), or 0 for no cap"));
+  }
 
   absl::StatusOr<Trace> trace = load_trace(path);
   if (!trace.ok()) fail(kBadValue, std::string(trace.status().message()));
@@ -87,25 +124,39 @@ int run() {
     std::printf("note: trace ends inside iteration %d: that iteration is not counted (%s)\n", trace->cut_iteration,
                 trace->cut_short.c_str());
   }
-  std::printf("policy %s, mode %s, gamma %.0f MB/s\n", evict_policy_name(ev.policy), evict_mode_name(ev.mode),
+  std::printf("policy %s, mode %s, gamma %.0f MB/s", evict_policy_name(ev.policy), evict_mode_name(ev.mode),
               trace->header.bytes_per_us);
-  std::printf("%-8s %10s %9s %10s %4s %8s %8s %10s %11s %9s\n", "budget", "MiB", "overhead", "peak_MiB", "oom",
-              "drop/it", "swap/it", "recomp/it", "swapMiB/it", "search%");
+  if (max_overhead > 0) {
+    std::printf(", overhead cap %gx (a replay stops once recompute and swap pass %.1f ms)", max_overhead,
+                (max_overhead - 1) * base->total_compute_us * 1e-3);
+  }
+  std::printf("\n");
+  std::printf("%-8s %-6s %10s %9s %10s %5s %8s %8s %10s %9s %9s %10s %11s %9s\n", "budget", "limit", "MiB", "overhead",
+              "peak_MiB", "stop", "drop/it", "swap/it", "recomp/it", "evB/it", "evF/it", "pinnedMiB", "swapMiB/it",
+              "search%");
   for (const Budget& b : budgets) {
-    EvictOptions o = ev;
     absl::StatusOr<size_t> m = resolve_budget(b, trace->header.compute_bytes, base->peak_bytes);
     if (!m.ok()) fail(kBadValue, absl::StrCat("--budget: ", m.status().message()));
-    o.budget_bytes = *m;
-    absl::StatusOr<ReplayResult> r = replay(*trace, o, skip);
-    if (!r.ok()) fail(kBadValue, absl::StrCat("trace ", path, ": ", r.status().message()));
-    const double n = std::max(1, r->counted_iterations);
-    std::printf("%-8s %10.1f %9s %10.1f %4s %8.1f %8.1f %10.1f %11.1f %9.3f\n", b.text.c_str(),
-                o.budget_bytes / 1048576.0,
-                r->out_of_memory || !r->error.empty() ? "-" : absl::StrFormat("%.3f", r->overhead()).c_str(),
-                r->peak_bytes / 1048576.0, r->out_of_memory ? "yes" : "no", r->stats.evict_drop / n,
-                r->stats.evict_swap / n, r->stats.recomputes / n, r->stats.swapped_out_bytes / n / 1048576.0,
-                r->compute_us > 0 ? 100.0 * r->search_us / (r->compute_us + r->recompute_us + r->swap_us) : 0.0);
-    if (!r->error.empty()) std::printf("  stopped: %s\n", r->error.c_str());
+    for (int as_region = 0; as_region < 2; ++as_region) {
+      if (as_region ? !by_region : !by_budget) continue;
+      EvictOptions o = ev;
+      o.budget_bytes = as_region ? 0 : *m;
+      o.max_overhead_us = max_overhead > 0 ? (max_overhead - 1) * base->total_compute_us : 0;
+      absl::StatusOr<ReplayResult> r = replay(*trace, o, skip, as_region ? *m : 0);
+      if (!r.ok()) fail(kBadValue, absl::StrCat("trace ", path, ": ", r.status().message()));
+      const double n = std::max(1, r->counted_iterations);
+      const bool stopped = r->out_of_memory || r->capped || !r->error.empty();
+      const uint64_t evictions = r->stats.evict_drop + r->stats.evict_swap;
+      std::printf("%-8s %-6s %10.1f %9s %10.1f %5s %8.1f %8.1f %10.1f %9.1f %9.1f %10.1f %11.1f %9.3f\n",
+                  b.text.c_str(), as_region ? "region" : "budget", *m / 1048576.0,
+                  stopped ? "-" : absl::StrFormat("%.3f", r->overhead()).c_str(), r->peak_bytes / 1048576.0,
+                  r->out_of_memory ? "oom" : r->capped ? "cap" : !r->error.empty() ? "error" : "no",
+                  r->stats.evict_drop / n, r->stats.evict_swap / n, r->stats.recomputes / n,
+                  (evictions - r->stats.evict_fragmented) / n, r->stats.evict_fragmented / n,
+                  r->peak_pinned_bytes / 1048576.0, r->stats.swapped_out_bytes / n / 1048576.0,
+                  r->compute_us > 0 ? 100.0 * r->search_us / (r->compute_us + r->recompute_us + r->swap_us) : 0.0);
+      if (!r->error.empty()) std::printf("  stopped: %s\n", r->error.c_str());
+    }
   }
   return 0;
 }

@@ -96,7 +96,7 @@ absl::Status Executor::execute(ApplyOp& c) {
   //    conversions its mode needed came before it as ops of their own.
 
   // 2. Pin the inputs; DTE brings back any that were evicted (swap in, or recompute).
-  Pins pins;
+  Pins pins(engine_.pinned());
   absl::InlinedVector<TensorRecord*, 4> ins;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     TensorRecord* r = engine_.find(c.inputs[i]);

@@ -64,6 +64,9 @@ class Executor final : private evict::Host {
     return engine_.stats();
   }
   const EvictOptions& evict_options() const { return opts_; }
+  // pinned_bytes: the resident bytes pinned by the ops being run (and their
+  // regenerations), now and at most.
+  const PinnedBytes& pinned_bytes() const { return engine_.pinned(); }
   size_t budget() const;  // m*, bytes
 
   // Request: what an allocation is for; the out-of-memory message accounts by it.

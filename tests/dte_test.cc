@@ -2,6 +2,7 @@
 // hand-worked cases, the evicted-tensor classes, and training under a budget, which must
 // give bit-identical losses and final weights to the unlimited run (the reference) with
 // drop only, swap only and both, for CIFAR ResNet-56 and for a network with dropout.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -50,9 +51,21 @@ TEST(EvictionCost, MtcTakesTheCheaperActionAndCountsFreeNeighbours) {
   c.free_left = 1 << 20;
   c.free_right = 2 << 20;
   EXPECT_DOUBLE_EQ(mtc.score(c).h, s.h / 4);
-  // Each recompute multiplies by beta (2).
+  // Each recompute multiplies by beta (1.25), up to beta_max_power (4) of them.
   c.recompute_count = 3;
-  EXPECT_DOUBLE_EQ(mtc.score(c).h, s.h / 4 * 8);
+  EXPECT_DOUBLE_EQ(mtc.score(c).h, s.h / 4 * std::pow(1.25, 3));
+  c.recompute_count = 4;
+  EXPECT_DOUBLE_EQ(mtc.score(c).h, s.h / 4 * std::pow(1.25, 4));
+  c.recompute_count = 5;
+  EXPECT_DOUBLE_EQ(mtc.score(c).h, s.h / 4 * std::pow(1.25, 4)) << "a fifth recompute counts no more";
+  // Bounded and finite however often a tensor was recomputed (2^1024 was infinite, and
+  // every candidate recomputed that often tied).
+  c.recompute_count = 5000;
+  EXPECT_TRUE(std::isfinite(mtc.score(c).h));
+  EvictOptions unbounded;
+  unbounded.beta = 2;
+  unbounded.beta_max_power = UINT32_MAX;
+  EXPECT_FALSE(std::isfinite(evict::EvictionCost(unbounded).score(c).h)) << "what the bound prevents";
   // The evicted neighbourhood adds to the recompute cost.
   evict::CandidateStats n = stats(1 << 20, 20, 1000, 4);
   n.neighbourhood_us = 30;

@@ -1,7 +1,9 @@
 // Trace recording (RuntimeOptions::trace_path, mtc-train --record-trace) and replay
 // (src/trace/replay.h): a recorded ResNet-20 trace has every event kind mtc emits, replays
 // to the real run's peak without a budget, stays under a budget with evictions, reports
-// running out of memory as a result, and a malformed trace is an error naming its line:
+// running out of memory as a result, with the region itself as the limit too (its evictions
+// by cause, its pinned bytes), stops at the overhead cap and says so, and a malformed
+// trace is an error naming its line:
 // a last line cut short, a tensor no earlier line made, another format version. A trace
 // that ends inside an iteration does not count that iteration (mtc-replay says so).
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "alloc/region.h"
 #include "gtest/gtest.h"
 #include "mtc/data.h"
 #include "mtc/models.h"
@@ -82,6 +85,31 @@ TEST(Trace, RecordsAndReplaysResNet20) {
     EXPECT_GT(r->stats.evict_drop + r->stats.evict_swap, 0u);
     EXPECT_GT(r->overhead(), 1.0);
     std::printf("  mode %s at 40%%: overhead %.3f\n", evict_mode_name(mode), r->overhead());
+  }
+  // The region itself as the limit: no budget, a compute region of 40% of the peak.
+  {
+    EvictOptions ev;
+    const size_t region = base->peak_bytes * 4 / 10;
+    auto r = replay(*trace, ev, 1, region);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->error.empty()) << r->error;
+    EXPECT_EQ(r->region_bytes, region / alloc::kAlignment * alloc::kAlignment);
+    EXPECT_LE(r->peak_bytes, region);
+    EXPECT_GT(r->stats.evict_drop + r->stats.evict_swap, 0u);
+    // Pinned bytes: an op's inputs at least, never more than was held.
+    EXPECT_GT(r->peak_pinned_bytes, 0u);
+    EXPECT_LE(r->peak_pinned_bytes, r->peak_bytes);
+    std::printf("  region at 40%%: overhead %.3f, %llu of %llu evictions for want of a block, pinned at most %zu bytes\n",
+                r->overhead(), static_cast<unsigned long long>(r->stats.evict_fragmented),
+                static_cast<unsigned long long>(r->stats.evict_drop + r->stats.evict_swap), r->peak_pinned_bytes);
+    // The overhead cap: past it, the next regeneration stops the replay, and says so.
+    ev.budget_bytes = base->peak_bytes * 4 / 10;
+    ev.max_overhead_us = 1;
+    auto capped = replay(*trace, ev, 1);
+    ASSERT_TRUE(capped.ok()) << capped.status();
+    EXPECT_TRUE(capped->capped);
+    EXPECT_FALSE(capped->out_of_memory);
+    EXPECT_NE(capped->error.find("the overhead cap"), std::string::npos) << capped->error;
   }
   EvictOptions tiny;
   tiny.budget_bytes = 64 << 10;
@@ -193,6 +221,43 @@ EvictOptions no_eviction() {
   EvictOptions none;
   none.policy = EvictPolicy::kNone;
   return none;
+}
+
+// Note [Regeneration order] in evict/engine.cc: an op's inputs are all pinned before any
+// of them is regenerated. In drop mode at a budget of four 256 KiB tensors: B is dropped
+// to make room for Z, then C = add(A, B) regenerates B, which needs a block. A, just
+// marked as used but cheap to recompute, scores lowest of what is resident; left
+// unpinned (as until 2026-11-27) it was evicted for B and recomputed in its turn: two
+// recomputes where one serves, the expensive Y or Z going instead.
+TEST(TraceRegeneration, AnOpsResidentInputStaysWhileAnotherIsRegenerated) {
+  const std::string path = temp_path("regeneration.jsonl");
+  {
+    std::ofstream f(path);
+    f << R"({"mtc_trace":1,"device":"cpu","compute_bytes":4194304,"comm_bytes":0,"budget_bytes":0,"bytes_per_us":1000})"
+      << "\n";
+    auto op = [](int in0, int in1, int out, int us) {
+      return absl::StrCat(R"({"e":"op","op":")", in1 ? "add" : "relu", R"(","in":[)", in0, in1 ? absl::StrCat(",", in1) : "",
+                          R"(],"out":[)", out, R"(],"shapes":[[65536]],"dtypes":["f32"],"us":)", us, "}\n");
+    };
+    f << R"({"e":"put","id":1,"shape":[65536],"dtype":"f32"})" << "\n"
+      << op(1, 0, 2, 1)       // B, cheap
+      << op(1, 0, 3, 1)       // A, cheap
+      << op(1, 0, 4, 1000)    // Y, dear
+      << op(1, 0, 5, 1000)    // Z, dear: B (the stalest cheap one) is dropped for it
+      << op(3, 2, 6, 1);      // C = add(A, B): B is regenerated
+  }
+  auto trace = load_trace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EvictOptions ev;
+  ev.mode = EvictMode::kDrop;
+  ev.budget_bytes = 4 * 262144;
+  auto r = replay(*trace, ev, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->error.empty()) << r->error;
+  EXPECT_EQ(r->stats.recomputes, 1u) << "B alone; A stayed resident while B was regenerated";
+  // A, B and the input x of B's recompute, pinned at once as B's block is installed.
+  EXPECT_EQ(r->peak_pinned_bytes, 3u * 262144);
+  std::remove(path.c_str());
 }
 
 TEST(TraceCutShort, WholeIterationsAreAllCounted) {
@@ -383,6 +448,23 @@ TEST(TraceReplayCli, BadTracesExitTwoWithOneLine) {
   };
   for (const auto& c : cases) {
     const ToolRun r = run_replay("--trace=" + c.path + " --budget=none", /*stderr_only=*/true);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_EQ(r.output.rfind(c.message, 0), 0u) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+}
+
+TEST(TraceReplayCli, BadLimitsExitTwoBeforeAnyReplay) {
+  const std::string path = write_trace("cli-limits.jsonl", program(3, 0));
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"--limit=disk", "mtc-replay: error: --limit: 'disk': expected budget, region, or both comma-separated"},
+      {"--max_overhead=1", "mtc-replay: error: --max_overhead '1': expected a number above 1"},
+      {"--max_overhead=lots", "mtc-replay: error: --max_overhead 'lots': expected a number above 1"},
+  };
+  for (const auto& c : cases) {
+    const ToolRun r = run_replay("--trace=" + path + " --budget=none " + c.args, /*stderr_only=*/true);
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_EQ(r.output.rfind(c.message, 0), 0u) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;

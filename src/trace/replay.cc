@@ -385,8 +385,8 @@ absl::StatusOr<Trace> load_trace(const std::string& path) {
   return t;
 }
 
-absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip) {
-  VirtualDevice device(trace.header.comm_bytes, trace.header.compute_bytes);
+absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip, size_t region_bytes) {
+  VirtualDevice device(trace.header.comm_bytes, region_bytes > 0 ? region_bytes : trace.header.compute_bytes);
   ExecutorOptions xo;
   xo.evict = evict;
   xo.simulate = true;
@@ -394,6 +394,7 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
   Executor ex(device, xo);
   ReplayResult res;
   res.budget_bytes = evict.budget_bytes;
+  res.region_bytes = device.compute_region().capacity();
 
   // Handles: a trace id names a tensor of the executor; "share" and aliasing outputs add
   // handles to an existing one, which is released when its last handle is.
@@ -424,6 +425,7 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
   int iteration = 0;
   auto stop = [&](const absl::Status& s) {
     res.out_of_memory = s.code() == absl::StatusCode::kResourceExhausted;
+    res.capped = s.code() == absl::StatusCode::kAborted;
     res.error = std::string(s.message());
   };
   // A last iteration the trace ends inside is not run: stop at its mark.
@@ -525,12 +527,23 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
   res.recompute_us = end.recompute_us - start.recompute_us;
   res.swap_us = end.swap_us - start.swap_us;
   res.search_us = end.search_us - start.search_us;
+  // Every figure of the counted iterations alone.
   res.stats = end;
+  res.stats.ops -= start.ops;
+  res.stats.compute_us -= start.compute_us;
   res.stats.evict_drop -= start.evict_drop;
   res.stats.evict_swap -= start.evict_swap;
+  res.stats.evict_fragmented -= start.evict_fragmented;
   res.stats.recomputes -= start.recomputes;
+  res.stats.recompute_us -= start.recompute_us;
   res.stats.swapped_out_bytes -= start.swapped_out_bytes;
+  res.stats.swapped_in_bytes -= start.swapped_in_bytes;
+  res.stats.swap_us -= start.swap_us;
+  res.stats.searches -= start.searches;
+  res.stats.search_us -= start.search_us;
   res.peak_bytes = device.compute_region().stats().peak_allocated;
+  res.peak_pinned_bytes = ex.pinned_bytes().peak;
+  res.total_compute_us = end.compute_us;
   return res;
 }
 

@@ -59,19 +59,25 @@ absl::StatusOr<Trace> load_trace(const std::string& path);
 
 struct ReplayResult {
   size_t budget_bytes = 0;  // 0: none
+  size_t region_bytes = 0;  // the compute region replayed
   bool out_of_memory = false;
+  bool capped = false;      // stopped by EvictOptions::max_overhead_us
   std::string error;        // why it stopped, when it did
   int counted_iterations = 0;
   double compute_us = 0, recompute_us = 0, swap_us = 0, search_us = 0;  // counted iterations
   size_t peak_bytes = 0;    // compute region, whole replay
+  size_t peak_pinned_bytes = 0;  // resident and pinned at once, whole replay
+  double total_compute_us = 0;   // every iteration's program ops, counted or not
   EvictStats stats;         // counted iterations
   double overhead() const { return compute_us > 0 ? (compute_us + recompute_us + swap_us) / compute_us : 0; }
 };
 
-// replay: runs the trace under `evict` (its budget_bytes is m*; 0: the region's size).
-// Iterations 1..skip are run but not counted (warm-up, as mtc-train's); a last iteration
-// the trace ends inside is not run. Running out of memory is a result, not an error; a
+// replay: runs the trace under `evict` (its budget_bytes is m*; 0: the region's size) on
+// a compute region of region_bytes (0: the trace's). Iterations 1..skip are run but not
+// counted (warm-up, as mtc-train's); a last iteration the trace ends inside is not run.
+// Running out of memory, or past evict.max_overhead_us, is a result, not an error; a
 // trace that names unknown tensors is an error naming the event's line.
-absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip);
+absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip,
+                                    size_t region_bytes = 0);
 
 }  // namespace mtc
