@@ -12,15 +12,15 @@
 #   - mtc with the region as the limit within 5% of its byte-budget figure wherever that
 #     figure is under 2x;
 #   - every replay under 60 s.
-# --models "NAME:BATCH[:EXTRA FLAGS]..." (default: ResNet-32, ResNet-56, ViT-tiny, a
-# 12-layer GPT); --keep DIR keeps the traces and logs; --traces DIR re-reads traces an
+# --models "NAME:BATCH[:FLAG,FLAG...]..." (extra mtc-train flags, comma-separated; default:
+# the models of docs/dte.md's table); --keep DIR keeps the traces and logs; --traces DIR re-reads traces an
 # earlier --keep left (MODEL.jsonl).
 # Exit: 0 PASS; 1 FAIL; 2 usage error, a missing binary or a run that failed.
 set -euo pipefail
 
 usage() {
   cat <<EOF
-usage: $0 [--models "resnet32:256 resnet56:128 vit_tiny:256 gpt:32"] [--modes "both drop"]
+usage: $0 [--models "NAME:BATCH[:FLAG,FLAG...] ..."] [--modes "both drop"]
           [--budgets "50 30 20 15 10"] [--max_overhead 4] [--threads 2] [--keep DIR | --traces DIR]
 EOF
 }
@@ -28,7 +28,10 @@ EOF
 cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train mtc_replay=build/launch/mtc-replay
-models="resnet32:256 resnet56:128 vit_tiny:256 gpt:32" modes="both drop" budgets="50 30 20 15 10"
+models="resnet32:256 resnet56:128 vit_tiny:256 gpt:32:--gpt_config=tiny,--layers=12,--hidden=256,--heads=4,--seq=128,--vocab=256"
+models+=" densenet121_cifar:64 googlenet_cifar:64 unet:128 lstm:64:--layers=2,--hidden=256,--seq=64,--vocab=256"
+models+=" treelstm:64:--hidden=256,--seq=64,--vocab=256"
+modes="both drop" budgets="50 30 20 15 10"
 max_overhead=4 threads=2 keep="" traces=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -68,11 +71,11 @@ for spec in $models; do
   if [ -z "$traces" ]; then
     flags=(--model "$model" --batch "$batch" --iterations 3 --warmup 0 --threads "$threads" --log_every 100)
     case "$model" in
-      gpt) flags+=(--gpt_config tiny --layers 12 --hidden 256 --heads 4 --seq 128 --vocab 256) ;;
+      gpt|lstm|treelstm) ;;  # synthetic tokens
       *) flags+=(--data synthetic) ;;
     esac
     # shellcheck disable=SC2206
-    [ -z "${extra:-}" ] || flags+=($extra)
+    [ -z "${extra:-}" ] || flags+=(${extra//,/ })
     run_logged "$tmp/$model.log" "$mtc_train" "${flags[@]}" --record_trace "$trace" ||
       { show_tail "$model: recording the trace failed" "$tmp/$model.log"; exit 2; }
   fi

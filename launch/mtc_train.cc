@@ -57,11 +57,11 @@ ABSL_FLAG(std::string, model, "resnet20",
 ABSL_FLAG(std::string, gpt_config, "tiny",
           "gpt: the configuration the other gpt flags start from: tiny (2 layers, hidden 64, 4 heads, seq 16, vocab "
           "128) or small (GPT-2 small: 12 layers, hidden 768, 12 heads, seq 1024, vocab 50257)");
-ABSL_FLAG(FlagText, layers, {"config"}, "gpt: decoder blocks (>= 1); default: --gpt_config's");
-ABSL_FLAG(FlagText, hidden, {"config"}, "gpt: width D (>= 1, a multiple of --heads); default: --gpt_config's");
+ABSL_FLAG(FlagText, layers, {"config"}, "gpt: decoder blocks; lstm: LSTM layers (>= 1); default: --gpt_config's");
+ABSL_FLAG(FlagText, hidden, {"config"}, "gpt, lstm: width D (>= 1, a multiple of --heads); default: --gpt_config's");
 ABSL_FLAG(FlagText, heads, {"config"}, "gpt: attention heads (>= 1, dividing --hidden); default: --gpt_config's");
-ABSL_FLAG(FlagText, seq, {"config"}, "gpt: tokens per sequence (>= 1); default: --gpt_config's");
-ABSL_FLAG(FlagText, vocab, {"config"}, "gpt: vocabulary size (>= 1); default: --gpt_config's");
+ABSL_FLAG(FlagText, seq, {"config"}, "gpt, lstm: tokens per sequence (>= 1); default: --gpt_config's");
+ABSL_FLAG(FlagText, vocab, {"config"}, "gpt, lstm: vocabulary size (>= 1); default: --gpt_config's");
 ABSL_FLAG(bool, tied_head, true, "gpt: the LM head is the token embedding (false: a Linear(hidden, vocab) of its own)");
 ABSL_FLAG(FlagText, batch, {"64"}, "samples per iteration (>= 1)");
 ABSL_FLAG(FlagText, iterations, {"50"}, "timed training iterations, after the --warmup ones (>= 1)");

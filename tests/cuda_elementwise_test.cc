@@ -2,7 +2,7 @@
 // synchronised batch norm and max_grad_mask kernels (src/kernels/cuda/{elementwise,
 // reduce,shape_ops,optim,sync_batch_norm}.cc). Each runs the same computation on a CPU
 // and a CUDA runtime and compares outputs and, through autograd, input gradients (so the
-// backward ops run on CUDA too: relu_grad, swish_grad, gelu_grad, sum_to / expand,
+// backward ops run on CUDA too: relu_grad, swish_grad, gelu_grad, sigmoid_grad, tanh_grad, sum_to / expand,
 // slice_backward, the inverse permute and shuffle, split / concat, bn_stats_backward,
 // sync_batch_norm_backward, max_grad_mask). Every test skips without a GPU.
 //
@@ -11,7 +11,7 @@
 //   fill, relu, add/sub/mul/scale on equal shapes): exact (0, 0), and i32 data exactly;
 //   sums (sum, mean, sum_to in the binary ops' gradients): rtol 1e-6, atol 1e-6 (both
 //   devices sum in double, only the order differs);
-//   swish, gelu: rtol 1e-5, atol 1e-6 (CUDA's expf / erff vs glibc's, a few ulps);
+//   swish, gelu, sigmoid, tanh: rtol 1e-5, atol 1e-6 (CUDA's expf / erff / tanhf vs glibc's, a few ulps);
 //   optimizer steps: rtol 1e-6, atol 1e-7 over 4 steps (the kernels repeat the CPU's
 //   roundings, so a Release build should agree bit for bit; the slack covers a host
 //   compiler that fuses differently);
@@ -180,6 +180,12 @@ TEST(CudaElementwise, Activations) {
     compare(
         "gelu " + str(s), [](const TensorList& in) { return TensorList{gelu(in[0])}; }, {random_input(s, 9)},
         1e-5, 1e-6);
+    compare(
+        "sigmoid " + str(s), [](const TensorList& in) { return TensorList{sigmoid(in[0])}; },
+        {random_input(s, 11)}, 1e-5, 1e-6);
+    compare(
+        "tanh " + str(s), [](const TensorList& in) { return TensorList{tanh(in[0])}; }, {random_input(s, 12)},
+        1e-5, 1e-6);
   }
   // Large magnitudes: exp overflow and erf saturation behave alike.
   Input wide = random_input({257}, 10);
@@ -188,6 +194,10 @@ TEST(CudaElementwise, Activations) {
       "swish wide", [](const TensorList& in) { return TensorList{swish(in[0])}; }, {wide}, 1e-5, 1e-6);
   compare(
       "gelu wide", [](const TensorList& in) { return TensorList{gelu(in[0])}; }, {wide}, 1e-5, 1e-6);
+  compare(
+      "sigmoid wide", [](const TensorList& in) { return TensorList{sigmoid(in[0])}; }, {wide}, 1e-5, 1e-6);
+  compare(
+      "tanh wide", [](const TensorList& in) { return TensorList{tanh(in[0])}; }, {wide}, 1e-5, 1e-6);
 }
 
 // i32 tensors through the 4-byte data-movement kernels (and fill, expand, reshape).

@@ -59,6 +59,8 @@ TEST(Elementwise, ScaleReluSwishGelu) {
   check_op({{3, 7}}, [](const TensorList& x) { return swish(x[0]); }, unary([](double v) { return v / (1 + std::exp(-v)); }));
   check_op({{3, 7}}, [](const TensorList& x) { return gelu(x[0]); },
            unary([](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }));
+  check_op({{3, 7}}, [](const TensorList& x) { return sigmoid(x[0]); }, unary([](double v) { return 1 / (1 + std::exp(-v)); }));
+  check_op({{3, 7}}, [](const TensorList& x) { return tanh(x[0]); }, unary([](double v) { return std::tanh(v); }));
 }
 
 TEST(Reduce, SumMeanAndSumTo) {

@@ -363,6 +363,8 @@ TEST(Sbp, Elementwise) {
       {"relu", std::make_shared<ActOp>(ActKind::kRelu), {f32({5, 6})}},
       {"gelu", std::make_shared<ActOp>(ActKind::kGelu), {f32({4, 7})}},
       {"swish", std::make_shared<ActOp>(ActKind::kSwish), {f32({7, 4})}},
+      {"sigmoid", std::make_shared<ActOp>(ActKind::kSigmoid), {f32({6, 5})}},
+      {"tanh", std::make_shared<ActOp>(ActKind::kTanh), {f32({5, 7})}},
       {"expand", std::make_shared<ExpandOp>(Shape{5, 6, 7}), {f32({6, 1})}},
   });
 }

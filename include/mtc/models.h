@@ -1,7 +1,9 @@
 // Models for training and benchmarks: the CIFAR ResNets of He et al. (6n+2 layers, with
 // projection shortcuts, "option B"), torchvision's ImageNet ResNet-50, an MLP, a small
-// Vision Transformer (vit_tiny), VGG-16 with batch norm (CIFAR layout), and a GPT-style
-// decoder language model (gpt).
+// Vision Transformer (vit_tiny), VGG-16 with batch norm (CIFAR layout), a GPT-style
+// decoder language model (gpt), an LSTM language model (lstm), a Tree-LSTM over
+// data-dependent trees (treelstm), DenseNet-121 and GoogLeNet
+// (ImageNet and CIFAR layouts) and a U-Net.
 // make_model builds one by name on the current runtime; train_step runs one iteration. Parameter names follow
 // torchvision ("conv1.weight", "layer1.0.bn2.running_var", "layer2.0.downsample.0.weight", "fc.bias"),
 // timm for the ViT, and nanoGPT's for the GPT ("wte", "blocks.0.attn.q.weight", "ln_f.bias").
@@ -9,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -219,10 +222,144 @@ class Gpt final : public nn::Module {
   std::shared_ptr<nn::Linear> lm_head_;  // null when tied
 };
 
+// ---- the memory-hungry families (docs/models.md): concatenated features, skips ----
+
+// ConvBnRelu: conv (no bias) - BN - ReLU, torchvision's BasicConv2d (children "conv",
+// "bn"; BN eps as given).
+class ConvBnRelu final : public nn::Module {
+ public:
+  ConvBnRelu(int64_t in, int64_t out, int kernel, int stride = 1, int padding = 0, float eps = 1e-5f);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ConvBnRelu"; }
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::BatchNorm2d> bn;
+};
+
+// DenseNet (Huang et al.; torchvision's layout and names): dense blocks in which layer i
+// reads the concatenation of the block's input and every earlier layer's output
+// (BN-ReLU-conv1x1 to bn_size * growth, BN-ReLU-conv3x3 to growth), each concatenation a
+// new tensor as torchvision's default makes it (memory quadratic in the layers); between
+// blocks a transition BN-ReLU-conv1x1 (halving the channels)-avgpool 2x2; then BN, ReLU,
+// global average pool and a Linear classifier. The ImageNet stem is conv7x7/2 (3 -> 64)
+// - BN - ReLU - maxpool 3x3/2 pad 1; the CIFAR stem a conv3x3 (3 -> 64), no pool.
+// DenseNet-121: blocks {6, 12, 24, 16}, growth 32: 7,978,856 parameters with the ImageNet
+// stem and 1000 classes, as torchvision's densenet121.
+struct DenseNetConfig {
+  std::vector<int> blocks = {6, 12, 24, 16};
+  int growth = 32;
+  int64_t init_channels = 64;
+  int bn_size = 4;
+  bool imagenet_stem = true;
+  int num_classes = 10;
+};
+class DenseNet final : public nn::Module {
+ public:
+  explicit DenseNet(const DenseNetConfig& c);
+  Tensor forward(const Tensor& x) override;  // (N, 3, H, W) -> (N, num_classes)
+  std::string type_name() const override { return "DenseNet"; }
+
+ private:
+  bool imagenet_stem_;
+  std::shared_ptr<nn::Conv2d> conv0_;
+  std::shared_ptr<nn::BatchNorm2d> norm0_, norm5_;
+  std::vector<std::shared_ptr<nn::Module>> stages_;  // denseblock1, transition1, ..., denseblock4
+  std::shared_ptr<nn::Linear> classifier_;
+};
+
+// GoogLeNet (Szegedy et al.; torchvision's layout without the auxiliary heads): inception
+// modules whose four branches (1x1; 1x1-3x3; 1x1-3x3; maxpool 3x3-1x1, each conv a
+// ConvBnRelu with eps 1e-3) are concatenated, 3a-3b, maxpool, 4a-4e, maxpool, 5a-5b,
+// global average pool, dropout 0.2, Linear(1024, num_classes). The ImageNet stem is
+// conv7x7/2 (3 -> 64), maxpool 3x3/2, conv1x1 (64), conv3x3 (192), maxpool 3x3/2 (the
+// pools pad 1 where torchvision rounds up: the same shapes); the CIFAR stem one conv3x3
+// (3 -> 192) as in the common CIFAR port, and its pools 3x3/2 pad 1. 6,624,904 parameters
+// with the ImageNet stem and 1000 classes, as torchvision's googlenet(aux_logits=False).
+class GoogLeNet final : public nn::Module {
+ public:
+  GoogLeNet(bool imagenet_stem, int num_classes);
+  Tensor forward(const Tensor& x) override;  // (N, 3, H, W) -> (N, num_classes)
+  std::string type_name() const override { return "GoogLeNet"; }
+
+ private:
+  std::shared_ptr<nn::Sequential> stem_, body_;
+  std::shared_ptr<nn::Linear> fc_;
+};
+
+// UNet (Ronneberger et al., with padded convs and batch norm as in the common PyTorch
+// port with bilinear=False replaced by nearest upsampling): an encoder of DoubleConvs
+// (conv3x3-BN-ReLU twice) at widths w, 2w, 4w, 8w, 8w with 2x2 max pools, a decoder that
+// upsamples (nearest, 2x), concatenates the encoder's feature map of the same size (the
+// skip) and applies a DoubleConv, and a 1x1 conv to num_classes score maps. mtc-train's
+// data has one label per image, so the scores are averaged over the image (a global
+// average pool) into (N, num_classes); the memory profile is the segmentation net's.
+// Input height and width: multiples of 16.
+class UNet final : public nn::Module {
+ public:
+  UNet(int64_t width, int num_classes);
+  Tensor forward(const Tensor& x) override;  // (N, 3, H, W) -> (N, num_classes)
+  std::string type_name() const override { return "UNet"; }
+
+ private:
+  std::vector<std::shared_ptr<nn::Sequential>> down_;  // inc, down1 .. down4
+  std::vector<std::shared_ptr<nn::Sequential>> up_;    // up1 .. up4 (after the concatenation)
+  std::shared_ptr<nn::Conv2d> outc_;
+};
+// upsample_nearest2x: (N, C, H, W) -> (N, C, 2H, 2W), each value repeated in a 2x2
+// square (torch's Upsample(scale_factor=2, mode="nearest")), made of reshapes and
+// concatenations, so its backward is theirs.
+Tensor upsample_nearest2x(const Tensor& x);
+
+// LstmLm: an LSTM language model: token embedding (V, D) ~ N(0, 1) as torch's
+// nn.Embedding, `layers` LSTM layers of width D (torch's nn.LSTM: per layer weight_ih
+// (4D, D), weight_hh (4D, D), bias_ih and bias_hh (4D), all ~ U(-1/sqrt(D), 1/sqrt(D)),
+// gates in the order i, f, g, o), and a Linear(D, V) head: logits (N, T, V) for i32
+// token ids (N, T). It reads the language model's configuration (GptConfig's layers,
+// hidden, seq and vocab; heads and tied_head do not apply). The recurrence is unrolled
+// op by op: each step's gates are a matmul of h with weight_hh added to the input's
+// projection, made for all steps at once, then split, sigmoid and tanh, so a sequence of
+// T tokens is about 12 T small ops per layer, each step's state kept for the backward.
+class LstmLm final : public nn::Module {
+ public:
+  explicit LstmLm(const GptConfig& c);
+  Tensor forward(const Tensor& x) override;  // (N, T) i32 -> (N, T, V)
+  std::string type_name() const override { return "LstmLm"; }
+  GptConfig config;
+  Tensor embed;
+
+ private:
+  std::vector<Tensor> w_ih_, w_hh_, b_ih_, b_hh_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
+// TreeLstm: a data-dependent recursive net (the binary Tree-LSTM of Tai et al.) shaped as
+// a language model. For each batch a binary tree over the T positions is built from the
+// batch's first sequence: a span splits at its largest token (ties: the first), so the
+// structure, and the op graph, change with every batch. Leaves are token embeddings
+// (c = 0); an inner node with children (hl, cl), (hr, cr) computes i, fl, fr, o, u from
+// one Linear(2D, 5D) of [hl, hr], c = s(i) tanh(u) + s(fl) cl + s(fr) cr, h = s(o) tanh(c).
+// Position t's logits are head(h of t's lowest inner node + h of the root): (N, T, V).
+// Reads the language model's configuration (hidden, seq, vocab; layers, heads and
+// tied_head do not apply). A T of 1 has no inner node: head(embedding).
+class TreeLstm final : public nn::Module {
+ public:
+  explicit TreeLstm(const GptConfig& c);
+  Tensor forward(const Tensor& x) override;  // (N, T) i32 -> (N, T, V); reads x's first row
+  std::string type_name() const override { return "TreeLstm"; }
+  GptConfig config;
+  Tensor embed;
+  std::shared_ptr<nn::Linear> cell, head;
+  // tree_of: the split points of a sequence's tree, as the forward builds it: for each
+  // inner node in the order made (children first), its span [begin, end) and split.
+  struct Node {
+    int64_t begin, split, end;
+  };
+  static std::vector<Node> tree_of(std::span<const int32_t> tokens);
+};
+
 struct ModelOptions {
   int num_classes = 10;
-  // image_size: the input's height and width; 0 picks the model's own (32 for the CIFAR
-  // ResNets, the MLP, vit_tiny and vgg16, 224 for resnet50).
+  // image_size: the input's height and width; 0 picks the model's own (224 for resnet50,
+  // densenet121 and googlenet, 32 for the others).
   int image_size = 0;
   std::vector<int64_t> mlp_hidden = {512, 512};
   // gpt: the language model's configuration (num_classes and image_size do not apply
@@ -249,6 +386,11 @@ absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o
 // make_model: builds a model on the current runtime. An unknown name, or a non-positive
 // number of classes or image size, is InvalidArgument listing what is accepted.
 absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o = {});
+
+// token_input_ok: whether x can be a language model's input, i32 token ids (N, T) with
+// 1 <= T <= seq (or is undefined or poisoned: the model's first op reports or passes that
+// on); otherwise records "MODEL: input ...: expected ..." on x's interpreter and says no.
+bool token_input_ok(const Tensor& x, int64_t seq, const char* model);
 
 // cross_entropy_loss: the mean cross-entropy of a classifier's logits (N, C) with labels
 // (N), or of a language model's logits (N, T, V) with next-token labels (N, T), seen as

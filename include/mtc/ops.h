@@ -28,6 +28,8 @@ Tensor scale(const Tensor& x, float s);  // x * s
 Tensor relu(const Tensor& x);
 Tensor swish(const Tensor& x);  // x * sigmoid(x); one fused op, backward keeps only x
 Tensor gelu(const Tensor& x);   // exact (erf) form, as torch.nn.GELU()
+Tensor sigmoid(const Tensor& x);  // 1 / (1 + exp(-x)); backward keeps only the output
+Tensor tanh(const Tensor& x);     // backward keeps only the output
 
 // ---- reductions ----
 Tensor sum(const Tensor& x);  // all elements -> shape []

@@ -78,14 +78,17 @@ Gpt::Gpt(const GptConfig& c) : config(c) {
   if (!c.tied_head) lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(c.hidden, c.vocab, init, false));
 }
 
-Tensor Gpt::forward(const Tensor& x) {
-  if (x.defined() && !x.poisoned() && (x.dtype() != DType::kI32 || x.ndim() != 2 || x.dim(1) < 1 ||
-                                       x.dim(1) > config.seq)) {
-    x.interpreter()->record_error(absl::InvalidArgumentError(
-        absl::StrCat("gpt: input ", x.desc().str(), ": expected i32 token ids (N, T) with 1 <= T <= seq ",
-                     config.seq)));
-    return reshape(x, {-1, -1});  // a poisoned result; the first error recorded is the one reported
+bool token_input_ok(const Tensor& x, int64_t seq, const char* model) {
+  if (!x.defined() || x.poisoned() || (x.dtype() == DType::kI32 && x.ndim() == 2 && x.dim(1) >= 1 && x.dim(1) <= seq)) {
+    return true;  // an undefined or poisoned x is reported or propagated by the first op
   }
+  x.interpreter()->record_error(absl::InvalidArgumentError(absl::StrCat(
+      model, ": input ", x.desc().str(), ": expected i32 token ids (N, T) with 1 <= T <= seq ", seq)));
+  return false;
+}
+
+Tensor Gpt::forward(const Tensor& x) {
+  if (!token_input_ok(x, config.seq, "gpt")) return reshape(x, {-1, -1});  // poisoned; the error is recorded
   Tensor h = embedding(wte, x);  // (N, T, D); an undefined or poisoned x is reported or propagated here
   if (!h.defined() || h.poisoned()) return h;
   const int64_t t = x.dim(1);

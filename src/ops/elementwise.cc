@@ -91,8 +91,17 @@ std::string ScaleOp::attrs() const { return absl::StrFormat("s=%g", s); }
 OpSchema& ActOp::relu_schema() { static OpSchema s("relu"); return s; }
 OpSchema& ActOp::swish_schema() { static OpSchema s("swish"); return s; }
 OpSchema& ActOp::gelu_schema() { static OpSchema s("gelu"); return s; }
+OpSchema& ActOp::sigmoid_schema() { static OpSchema s("sigmoid"); return s; }
+OpSchema& ActOp::tanh_schema() { static OpSchema s("tanh"); return s; }
 const OpSchema& ActOp::schema() const {
-  return kind == ActKind::kRelu ? relu_schema() : kind == ActKind::kSwish ? swish_schema() : gelu_schema();
+  switch (kind) {
+    case ActKind::kRelu: return relu_schema();
+    case ActKind::kSwish: return swish_schema();
+    case ActKind::kGelu: return gelu_schema();
+    case ActKind::kSigmoid: return sigmoid_schema();
+    case ActKind::kTanh: return tanh_schema();
+  }
+  return relu_schema();
 }
 absl::Status ActOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
   MTC_RETURN_IF_ERROR(expect_inputs(in, 1));
@@ -102,14 +111,23 @@ absl::Status ActOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc
 }
 absl::StatusOr<TensorList> ActOp::backward(const BackwardArgs& a) const {
   if (!a.grad_outputs[0].defined()) return TensorList(1);
-  const Tensor& saved = kind == ActKind::kRelu ? a.outputs[0] : a.inputs[0];
+  const Tensor& saved = saves_output(kind) ? a.outputs[0] : a.inputs[0];
   return TensorList{call1(std::make_shared<ActGradOp>(kind), {saved, a.grad_outputs[0]})};
 }
 OpSchema& ActGradOp::relu_grad_schema() { static OpSchema s("relu_grad"); return s; }
 OpSchema& ActGradOp::swish_grad_schema() { static OpSchema s("swish_grad"); return s; }
 OpSchema& ActGradOp::gelu_grad_schema() { static OpSchema s("gelu_grad"); return s; }
+OpSchema& ActGradOp::sigmoid_grad_schema() { static OpSchema s("sigmoid_grad"); return s; }
+OpSchema& ActGradOp::tanh_grad_schema() { static OpSchema s("tanh_grad"); return s; }
 const OpSchema& ActGradOp::schema() const {
-  return kind == ActKind::kRelu ? relu_grad_schema() : kind == ActKind::kSwish ? swish_grad_schema() : gelu_grad_schema();
+  switch (kind) {
+    case ActKind::kRelu: return relu_grad_schema();
+    case ActKind::kSwish: return swish_grad_schema();
+    case ActKind::kGelu: return gelu_grad_schema();
+    case ActKind::kSigmoid: return sigmoid_grad_schema();
+    case ActKind::kTanh: return tanh_grad_schema();
+  }
+  return relu_grad_schema();
 }
 absl::Status ActGradOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
   MTC_RETURN_IF_ERROR(expect_inputs(in, 2));
@@ -203,6 +221,8 @@ Tensor mul(const Tensor& a, const Tensor& b) { return call1(std::make_shared<Bin
 Tensor scale(const Tensor& x, float s) { return call1(std::make_shared<ScaleOp>(s), {x}); }
 Tensor relu(const Tensor& x) { return call1(std::make_shared<ActOp>(ActKind::kRelu), {x}); }
 Tensor swish(const Tensor& x) { return call1(std::make_shared<ActOp>(ActKind::kSwish), {x}); }
+Tensor sigmoid(const Tensor& x) { return call1(std::make_shared<ActOp>(ActKind::kSigmoid), {x}); }
+Tensor tanh(const Tensor& x) { return call1(std::make_shared<ActOp>(ActKind::kTanh), {x}); }
 Tensor gelu(const Tensor& x) { return call1(std::make_shared<ActOp>(ActKind::kGelu), {x}); }
 Tensor expand(const Tensor& x, const Shape& shape) {
   if (x.defined() && x.shape() == shape) return x;

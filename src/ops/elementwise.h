@@ -1,5 +1,5 @@
 // Elementwise ops: fill, the broadcasting binary ops (add, sub, mul), scale, and the
-// activations (relu, swish, gelu) with their gradient ops; expand, broadcasting's
+// activations (relu, swish, gelu, sigmoid, tanh) with their gradient ops; expand, broadcasting's
 // inverse partner of sum_to.
 #pragma once
 
@@ -55,26 +55,35 @@ struct ScaleOp final : OpDef {
   float s;
 };
 
-enum class ActKind : uint8_t { kRelu, kSwish, kGelu };
+enum class ActKind : uint8_t { kRelu, kSwish, kGelu, kSigmoid, kTanh };
 
-// ActOp: an activation. relu saves its output; swish and gelu save only their input.
+// saves_output: the activations whose gradient is a function of their output (relu:
+// y > 0; sigmoid: y (1 - y); tanh: 1 - y^2); swish and gelu save their input instead.
+constexpr bool saves_output(ActKind k) { return k == ActKind::kRelu || k == ActKind::kSigmoid || k == ActKind::kTanh; }
+
+// ActOp: an activation. relu, sigmoid and tanh save their output; swish and gelu only their input.
 // DTP: R -> R, S(d) -> S(d) (not linear: no P).
 struct ActOp final : OpDef {
   explicit ActOp(ActKind k) : kind(k) {}
   const OpSchema& schema() const override;
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
   absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
-  uint64_t saves_inputs() const override { return kind == ActKind::kRelu ? 0 : 1; }
-  uint64_t saves_outputs() const override { return kind == ActKind::kRelu ? 1 : 0; }
+  uint64_t saves_inputs() const override { return saves_output(kind) ? 0 : 1; }
+  uint64_t saves_outputs() const override { return saves_output(kind) ? 1 : 0; }
   void signatures(std::span<const TensorDesc> in, int parts, partition::SignatureList& out) const override;
   static OpSchema& relu_schema();
   static OpSchema& swish_schema();
   static OpSchema& gelu_schema();
-  double flops_per_element() const override { return kind == ActKind::kRelu ? 1 : kind == ActKind::kSwish ? 4 : 8; }
+  static OpSchema& sigmoid_schema();
+  static OpSchema& tanh_schema();
+  double flops_per_element() const override {
+    return kind == ActKind::kRelu ? 1 : kind == ActKind::kGelu ? 8 : 4;  // swish, sigmoid, tanh: an exp and a divide
+  }
   ActKind kind;
 };
 
-// ActGradOp: dx from (saved, dy); saved is relu's output, or swish's / gelu's input.
+// ActGradOp: dx from (saved, dy); saved is relu's, sigmoid's or tanh's output, or swish's /
+// gelu's input.
 struct ActGradOp final : OpDef {
   explicit ActGradOp(ActKind k) : kind(k) {}
   const OpSchema& schema() const override;
@@ -83,7 +92,18 @@ struct ActGradOp final : OpDef {
   static OpSchema& relu_grad_schema();
   static OpSchema& swish_grad_schema();
   static OpSchema& gelu_grad_schema();
-  double flops_per_element() const override { return kind == ActKind::kRelu ? 1 : kind == ActKind::kSwish ? 7 : 12; }
+  static OpSchema& sigmoid_grad_schema();
+  static OpSchema& tanh_grad_schema();
+  double flops_per_element() const override {
+    switch (kind) {
+      case ActKind::kRelu: return 1;
+      case ActKind::kSwish: return 7;
+      case ActKind::kGelu: return 12;
+      case ActKind::kSigmoid: return 3;  // dy y (1 - y)
+      case ActKind::kTanh: return 3;     // dy (1 - y^2)
+    }
+    return 1;
+  }
   ActKind kind;
 };
 

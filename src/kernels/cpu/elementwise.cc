@@ -1,5 +1,5 @@
 // CPU kernels of the elementwise ops: fill, add/sub/mul with broadcasting, scale,
-// relu/swish/gelu and their gradients, expand, and reshape (a copy).
+// relu/swish/gelu/sigmoid/tanh and their gradients, expand, and reshape (a copy).
 #include <cmath>
 #include <cstring>
 
@@ -84,12 +84,20 @@ absl::Status act(const ActOp& op, const KernelArgs& a) {
 #pragma omp parallel for if (n > kParallelGrain)
       for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * kInvSqrt2));
       break;
+    case ActKind::kSigmoid:
+#pragma omp parallel for if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + std::exp(-x[i]));
+      break;
+    case ActKind::kTanh:
+#pragma omp parallel for if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+      break;
   }
   return absl::OkStatus();
 }
 
 absl::Status act_grad(const ActGradOp& op, const KernelArgs& a) {
-  const float* s = a.in[0].f32();  // relu: y; swish, gelu: x
+  const float* s = a.in[0].f32();  // relu, sigmoid, tanh: y; swish, gelu: x
   const float* dy = a.in[1].f32();
   float* dx = a.out[0].f32();
   const int64_t n = a.out[0].numel();
@@ -111,6 +119,14 @@ absl::Status act_grad(const ActGradOp& op, const KernelArgs& a) {
         const float cdf = 0.5f * (1.f + std::erf(s[i] * kInvSqrt2));
         dx[i] = dy[i] * (cdf + s[i] * kInvSqrt2Pi * std::exp(-0.5f * s[i] * s[i]));
       }
+      break;
+    case ActKind::kSigmoid:
+#pragma omp parallel for simd if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * s[i] * (1.f - s[i]);
+      break;
+    case ActKind::kTanh:
+#pragma omp parallel for simd if (n > kParallelGrain)
+      for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.f - s[i] * s[i]);
       break;
   }
   return absl::OkStatus();
@@ -150,9 +166,13 @@ static const bool registered_families = [] {
   ActOp::relu_schema().kernels[cpu] = un;
   ActOp::swish_schema().kernels[cpu] = un;
   ActOp::gelu_schema().kernels[cpu] = un;
+  ActOp::sigmoid_schema().kernels[cpu] = un;
+  ActOp::tanh_schema().kernels[cpu] = un;
   ActGradOp::relu_grad_schema().kernels[cpu] = gr;
   ActGradOp::swish_grad_schema().kernels[cpu] = gr;
   ActGradOp::gelu_grad_schema().kernels[cpu] = gr;
+  ActGradOp::sigmoid_grad_schema().kernels[cpu] = gr;
+  ActGradOp::tanh_grad_schema().kernels[cpu] = gr;
   return true;
 }();
 

@@ -1,5 +1,5 @@
 // CUDA kernels of the elementwise ops: fill, add/sub/mul with NumPy broadcasting, scale,
-// relu/swish/gelu and their gradients, expand, reshape (a device-to-device copy), and
+// relu/swish/gelu/sigmoid/tanh and their gradients, expand, reshape (a device-to-device copy), and
 // max_grad_mask (the all_reduce(max) backward's mask). The host side here reads shapes
 // and attributes and calls the launchers of ew_elementwise.cu; broadcasting's strides are
 // computed here and passed to the kernel in a small struct by value.
@@ -77,6 +77,8 @@ EwAct ew_act(ActKind k) {
     case ActKind::kRelu: return EwAct::kRelu;
     case ActKind::kSwish: return EwAct::kSwish;
     case ActKind::kGelu: return EwAct::kGelu;
+    case ActKind::kSigmoid: return EwAct::kSigmoid;
+    case ActKind::kTanh: return EwAct::kTanh;
   }
   return EwAct::kRelu;
 }
@@ -140,9 +142,13 @@ static const bool registered_families = [] {
   ActOp::relu_schema().kernels[gpu] = un;
   ActOp::swish_schema().kernels[gpu] = un;
   ActOp::gelu_schema().kernels[gpu] = un;
+  ActOp::sigmoid_schema().kernels[gpu] = un;
+  ActOp::tanh_schema().kernels[gpu] = un;
   ActGradOp::relu_grad_schema().kernels[gpu] = gr;
   ActGradOp::swish_grad_schema().kernels[gpu] = gr;
   ActGradOp::gelu_grad_schema().kernels[gpu] = gr;
+  ActGradOp::sigmoid_grad_schema().kernels[gpu] = gr;
+  ActGradOp::tanh_grad_schema().kernels[gpu] = gr;
   return true;
 }();
 

@@ -92,8 +92,12 @@ __global__ void act_kernel(const float* __restrict__ x, float* __restrict__ y, i
       y[i] = v > 0.f ? v : 0.f;
     } else if (K == 1) {
       y[i] = v / (1.f + expf(-v));
-    } else {
+    } else if (K == 2) {
       y[i] = 0.5f * v * (1.f + erff(v * kInvSqrt2));
+    } else if (K == 3) {
+      y[i] = 1.f / (1.f + expf(-v));
+    } else {
+      y[i] = tanhf(v);
     }
   }
 }
@@ -108,9 +112,13 @@ __global__ void act_grad_kernel(const float* __restrict__ saved, const float* __
     } else if (K == 1) {
       const float sg = 1.f / (1.f + expf(-s));
       dx[i] = dy[i] * (sg + s * sg * (1.f - sg));
-    } else {
+    } else if (K == 2) {
       const float cdf = 0.5f * (1.f + erff(s * kInvSqrt2));
       dx[i] = dy[i] * (cdf + s * kInvSqrt2Pi * expf(-0.5f * s * s));
+    } else if (K == 3) {
+      dx[i] = dy[i] * s * (1.f - s);  // s: sigmoid's output
+    } else {
+      dx[i] = dy[i] * (1.f - s * s);  // s: tanh's output
     }
   }
 }
@@ -192,6 +200,8 @@ void launch_act(EwAct k, const float* x, float* y, int64_t n, cudaStream_t strea
     case EwAct::kRelu: act_kernel<0><<<g, kThreads, 0, stream>>>(x, y, n); break;
     case EwAct::kSwish: act_kernel<1><<<g, kThreads, 0, stream>>>(x, y, n); break;
     case EwAct::kGelu: act_kernel<2><<<g, kThreads, 0, stream>>>(x, y, n); break;
+    case EwAct::kSigmoid: act_kernel<3><<<g, kThreads, 0, stream>>>(x, y, n); break;
+    case EwAct::kTanh: act_kernel<4><<<g, kThreads, 0, stream>>>(x, y, n); break;
   }
 }
 
@@ -203,6 +213,8 @@ void launch_act_grad(EwAct k, const float* saved, const float* dy, float* dx, in
     case EwAct::kRelu: act_grad_kernel<0><<<g, kThreads, 0, stream>>>(saved, dy, dx, n); break;
     case EwAct::kSwish: act_grad_kernel<1><<<g, kThreads, 0, stream>>>(saved, dy, dx, n); break;
     case EwAct::kGelu: act_grad_kernel<2><<<g, kThreads, 0, stream>>>(saved, dy, dx, n); break;
+    case EwAct::kSigmoid: act_grad_kernel<3><<<g, kThreads, 0, stream>>>(saved, dy, dx, n); break;
+    case EwAct::kTanh: act_grad_kernel<4><<<g, kThreads, 0, stream>>>(saved, dy, dx, n); break;
   }
 }
 

@@ -59,7 +59,7 @@ inline bool make_strided(int nd, const int64_t* size, const int64_t* sa, const i
 }
 
 enum class EwBinary : int { kAdd = 0, kSub = 1, kMul = 2 };
-enum class EwAct : int { kRelu = 0, kSwish = 1, kGelu = 2 };
+enum class EwAct : int { kRelu = 0, kSwish = 1, kGelu = 2, kSigmoid = 3, kTanh = 4 };
 
 // launch_fill32: n 4-byte elements set to `bits` (a float's or an int32's bit pattern).
 void launch_fill32(void* y, uint32_t bits, int64_t n, cudaStream_t stream);
