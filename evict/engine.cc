@@ -419,8 +419,9 @@ absl::Status Engine::ensure_resident(TensorRecord& r) {
 // mode; docs/dte.md). Such a pin yields only where the request would otherwise fail, so a
 // run that fits is unchanged. Until 2026-11-27 the inputs already resident were not
 // pinned in the first pass: replayed in drop mode, pinning them lowered ResNet-56 at 20%
-// of its peak from 1.475 to 1.455 (region limit: 1.550 to 1.504) and a 12-layer GPT at
-// 15% from 3.204 to 3.117, and changed no other cell of docs/dte.md's table.
+// of its peak from 1.475 to 1.452 (region limit: 1.550 to 1.487), turned ResNet-56 at 15%
+// from a recompute storm into 2.040, lowered a 12-layer GPT at 15% from 3.204 to 3.117,
+// and changed no other cell of that sweep (docs/dte.md, "At the low end").
 absl::Status Engine::make_resident(std::span<TensorRecord* const> ins, Pins& pins) {
   for (TensorRecord* r : ins) r->last_access = op_clock_;
   absl::InlinedVector<bool, 4> waiting(ins.size(), false);

@@ -72,7 +72,8 @@ TEST(UNet, ParameterCountAndOutputShape) {
   data::SyntheticData src(m->sample_shape, 10, 1);
   Tensor y = m->net->forward(data::to_device(src.next(2)).images);
   EXPECT_EQ(y.desc().str(), "f32[2,10]");
-  for (float v : *y.to_vector()) EXPECT_TRUE(std::isfinite(v));
+  const std::vector<float> values = *y.to_vector();  // a range-for over *temporary would dangle
+  for (float v : values) EXPECT_TRUE(std::isfinite(v));
 }
 
 TEST(CnnFamilies, CifarLayoutsGiveOneScorePerClass) {
@@ -85,7 +86,8 @@ TEST(CnnFamilies, CifarLayoutsGiveOneScorePerClass) {
     data::SyntheticData src(m->sample_shape, 10, 1);
     Tensor y = m->net->forward(data::to_device(src.next(2)).images);
     EXPECT_EQ(y.desc().str(), "f32[2,10]") << name;
-    for (float v : *y.to_vector()) EXPECT_TRUE(std::isfinite(v)) << name;
+    const std::vector<float> values = *y.to_vector();
+    for (float v : values) EXPECT_TRUE(std::isfinite(v)) << name;
   }
 }
 

@@ -169,7 +169,8 @@ TEST(TreeLstm, ParametersAndOutputShape) {
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7) % v);
     Tensor y = m->net->forward(from_vector_i32({3, t}, tokens));
     EXPECT_EQ(y.desc().str(), absl::StrCat("f32[3,", t, ",40]"));
-    for (float x : *y.to_vector()) EXPECT_TRUE(std::isfinite(x));
+    const std::vector<float> values = *y.to_vector();  // a range-for over *temporary would dangle
+    for (float x : values) EXPECT_TRUE(std::isfinite(x));
   }
 }
 
