@@ -233,21 +233,32 @@ struct Flags {
 };
 
 // read_gpt_flags: --gpt_config and the flags that override its fields; refused with any
-// model but gpt, as --image_size and --num_classes are with gpt.
+// model but the language models, as --image_size and --num_classes are with them; --heads
+// and --tied_head configure the GPT's attention and head alone.
 void read_gpt_flags(Flags& f) {
   const char* const gpt_flags[] = {"gpt_config", "layers", "hidden", "heads", "seq", "vocab", "tied_head"};
   if (!models::is_language_model(f.model)) {
     for (const char* name : gpt_flags) {
       if (cli::given(name)) {
-        fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model, ": it configures the GPT; expected --model gpt"));
+        fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model,
+                                     ": it configures a language model; expected --model gpt, lstm or treelstm"));
       }
     }
     return;
   }
   for (const char* name : {"image_size", "num_classes"}) {
     if (cli::given(name)) {
-      fail(kBadValue, absl::StrCat("--", name, " with --model gpt: its input is --seq token ids and its classes the "
-                                   "--vocab tokens; expected no --", name));
+      fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model, ": its input is --seq token ids and its "
+                                   "classes the --vocab tokens; expected no --", name));
+    }
+  }
+  if (f.model != "gpt") {
+    for (const char* name : {"heads", "tied_head"}) {
+      if (cli::given(name)) {
+        fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model, ": it configures the GPT's ",
+                                     name == std::string("heads") ? "attention" : "head",
+                                     "; expected --layers, --hidden, --seq and --vocab only"));
+      }
     }
   }
   f.gpt = value_or_exit(models::gpt_config(absl::GetFlag(FLAGS_gpt_config)), "--gpt_config: ");
@@ -260,6 +271,7 @@ void read_gpt_flags(Flags& f) {
   field("seq", absl::GetFlag(FLAGS_seq), f.gpt.seq, 1 << 20);
   field("vocab", absl::GetFlag(FLAGS_vocab), f.gpt.vocab, 1 << 24);
   f.gpt.tied_head = absl::GetFlag(FLAGS_tied_head);
+  if (f.model != "gpt") f.gpt.heads = 1;  // no attention: any --hidden goes
   if (f.gpt.hidden % f.gpt.heads != 0) {
     fail(kBadValue, absl::StrCat("--heads ", f.gpt.heads, " does not divide --hidden ", f.gpt.hidden,
                                  ": expected a number of heads that divides the hidden width"));

@@ -452,6 +452,19 @@ TEST_F(MtcTrainModels, BadGptFlags) {
   expect_bad("--model=gpt --image_size=64", "--image_size with --model gpt");
   expect_bad("--model=gpt --data=cifar10:/nonexistent", "--data: data 'cifar10:/nonexistent' for a language model");
   expect_bad("--model=vgg16 --image_size=40", "vgg16 image size 40: expected a multiple of 32");
+  expect_bad("--model=lstm --heads=2", "--heads with --model lstm: it configures the GPT's attention");
+  expect_bad("--model=treelstm --tied_head=false", "--tied_head with --model treelstm: it configures the GPT's head");
+  expect_bad("--model=lstm --image_size=32", "--image_size with --model lstm");
+}
+
+// The recurrent language models read --layers, --hidden, --seq and --vocab; no attention,
+// so any width goes (30 is no multiple of the tiny GPT's 4 heads).
+TEST_F(MtcTrainModels, TrainsTheRecurrentModelsAtAnyWidth) {
+  for (const char* model : {"lstm", "treelstm"}) {
+    const std::string out =
+        train(absl::StrCat("--model=", model, " --hidden=30 --seq=8 --vocab=40 --batch=4 --iterations=2 --warmup=0"));
+    EXPECT_NE(out.find(absl::StrCat("summary model=", model, " batch=4 iterations=2 ")), std::string::npos) << out;
+  }
 }
 
 }  // namespace

@@ -56,7 +56,9 @@ absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o
   if (!entry.ok()) return entry.status();
   const int kind = (*entry)->cifar_n;
   if (kind == kGptKind || kind == kLstmKind || kind == kTreeLstmKind) {  // T token ids; the classes are the vocabulary
-    MTC_RETURN_IF_ERROR(o.gpt.check());
+    GptConfig c = o.gpt;
+    if (kind != kGptKind) c.heads = 1;  // no attention: the heads do not apply
+    MTC_RETURN_IF_ERROR(c.check());
     return Shape{o.gpt.seq};
   }
   if (o.num_classes < 1) {

@@ -9,7 +9,9 @@
 namespace mtc::models {
 
 TreeLstm::TreeLstm(const GptConfig& c) : config(c) {
-  const absl::Status s = c.check();
+  GptConfig no_heads = c;  // heads do not apply
+  no_heads.heads = 1;
+  const absl::Status s = no_heads.check();
   MTC_CHECK(s.ok(), "TreeLstm(", c.describe(), "): ", s.message());
   const int64_t d = c.hidden;
   embed = register_parameter("embed.weight", nn::parameter({c.vocab, d}, nn::normal_values(c.vocab * d, 1.f)));
