@@ -271,8 +271,7 @@ void read_gpt_flags(Flags& f) {
   field("seq", absl::GetFlag(FLAGS_seq), f.gpt.seq, 1 << 20);
   field("vocab", absl::GetFlag(FLAGS_vocab), f.gpt.vocab, 1 << 24);
   f.gpt.tied_head = absl::GetFlag(FLAGS_tied_head);
-  if (f.model != "gpt") f.gpt.heads = 1;  // no attention: any --hidden goes
-  if (f.gpt.hidden % f.gpt.heads != 0) {
+  if (f.model == "gpt" && f.gpt.hidden % f.gpt.heads != 0) {  // the recurrent models have no attention
     fail(kBadValue, absl::StrCat("--heads ", f.gpt.heads, " does not divide --hidden ", f.gpt.hidden,
                                  ": expected a number of heads that divides the hidden width"));
   }

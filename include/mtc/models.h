@@ -160,9 +160,10 @@ struct GptConfig {
   int64_t seq = 16;       // longest sequence T (the learned position embedding's rows)
   int vocab = 128;        // vocabulary V (token ids in [0, V))
   bool tied_head = true;  // the LM head is the token embedding (no weight of its own)
-  // check: every field in range and heads dividing hidden; InvalidArgument naming the
-  // field and what was expected otherwise.
-  absl::Status check() const;
+  // check: every field in range and (with attention: the GPT's, not the recurrent
+  // models') heads dividing hidden; InvalidArgument naming the field and what was
+  // expected otherwise.
+  absl::Status check(bool attention = true) const;
   std::string describe() const;  // "2 layers, hidden 64, 4 heads, seq 16, vocab 128, tied head"
   // num_parameters: the count a Gpt of this configuration has, without building it.
   int64_t num_parameters() const;

@@ -8,12 +8,12 @@
 
 namespace mtc::models {
 
-absl::Status GptConfig::check() const {
+absl::Status GptConfig::check(bool attention) const {
   auto bad = [](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("gpt ", what)); };
   if (layers < 1) return bad(absl::StrCat("layers ", layers, ": expected >= 1"));
   if (hidden < 1) return bad(absl::StrCat("hidden ", hidden, ": expected >= 1"));
-  if (heads < 1) return bad(absl::StrCat("heads ", heads, ": expected >= 1"));
-  if (hidden % heads != 0) {
+  if (attention && heads < 1) return bad(absl::StrCat("heads ", heads, ": expected >= 1"));
+  if (attention && hidden % heads != 0) {
     return bad(absl::StrCat("heads ", heads, " do not divide hidden ", hidden,
                             ": expected a number of heads that divides the hidden width"));
   }

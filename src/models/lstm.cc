@@ -8,9 +8,7 @@
 namespace mtc::models {
 
 LstmLm::LstmLm(const GptConfig& c) : config(c) {
-  GptConfig no_heads = c;  // heads do not apply
-  no_heads.heads = 1;
-  const absl::Status s = no_heads.check();
+  const absl::Status s = c.check(/*attention=*/false);
   MTC_CHECK(s.ok(), "LstmLm(", c.describe(), "): ", s.message());
   const int64_t d = c.hidden;
   embed = register_parameter("embed.weight", nn::parameter({c.vocab, d}, nn::normal_values(c.vocab * d, 1.f)));

@@ -56,9 +56,7 @@ absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o
   if (!entry.ok()) return entry.status();
   const int kind = (*entry)->cifar_n;
   if (kind == kGptKind || kind == kLstmKind || kind == kTreeLstmKind) {  // T token ids; the classes are the vocabulary
-    GptConfig c = o.gpt;
-    if (kind != kGptKind) c.heads = 1;  // no attention: the heads do not apply
-    MTC_RETURN_IF_ERROR(c.check());
+    MTC_RETURN_IF_ERROR(o.gpt.check(/*attention=*/kind == kGptKind));
     return Shape{o.gpt.seq};
   }
   if (o.num_classes < 1) {

@@ -9,9 +9,7 @@
 namespace mtc::models {
 
 TreeLstm::TreeLstm(const GptConfig& c) : config(c) {
-  GptConfig no_heads = c;  // heads do not apply
-  no_heads.heads = 1;
-  const absl::Status s = no_heads.check();
+  const absl::Status s = c.check(/*attention=*/false);
   MTC_CHECK(s.ok(), "TreeLstm(", c.describe(), "): ", s.message());
   const int64_t d = c.hidden;
   embed = register_parameter("embed.weight", nn::parameter({c.vocab, d}, nn::normal_values(c.vocab * d, 1.f)));
@@ -44,19 +42,13 @@ Tensor TreeLstm::forward(const Tensor& x) {
   if (!ids.ok()) return reshape(x, {-1, -1});  // the failure is recorded already
   const std::vector<Node> nodes = tree_of(*ids);
   if (nodes.empty()) return head->forward(leaves);
-  // Per position: its leaf's (h, c) until an inner node covers it; then the lowest inner
-  // node above it (its parent's h, for the output).
-  std::vector<Tensor> h(t_len), c(t_len), parent(t_len);
+  // A node's children are the nodes (or leaves) that start its two halves: the state
+  // (h, c) of the latest node made over a span is kept at the span's first position, a
+  // leaf's (its embedding, 0) until then. parent[t]: h of t's lowest inner node.
   const TensorList leaf = split(leaves, std::vector<int64_t>(t_len, 1), 1);  // one backward concat
-  for (int64_t t = 0; t < t_len; ++t) h[t] = reshape(leaf[t], {n, d});
   const Tensor zero = zeros({n, d});
-  // A node's children are the nodes (or leaves) that start its two halves: after a node
-  // is made, its state is kept at its span's first position.
-  std::vector<Tensor> node_h(t_len), node_c(t_len);
-  for (int64_t t = 0; t < t_len; ++t) {
-    node_h[t] = h[t];
-    node_c[t] = zero;
-  }
+  std::vector<Tensor> node_h(t_len), node_c(t_len, zero), parent(t_len);
+  for (int64_t t = 0; t < t_len; ++t) node_h[t] = reshape(leaf[t], {n, d});
   for (const Node& nd : nodes) {
     const Tensor hl = node_h[nd.begin], hr = node_h[nd.split];
     const TensorList g = split(cell->forward(concat(std::vector<Tensor>{hl, hr}, 1)), {d, d, d, d, d}, 1);
