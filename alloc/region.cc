@@ -102,6 +102,24 @@ void Region::free(Block b) {
   insert_free(off, size);
 }
 
+Block Region::move(Block b, size_t offset) {
+  free(b);
+  absl::StatusOr<Block> to = allocate_at(offset, b.size);
+  MTC_CHECK(to.ok(), name_, ": move of block (offset ", b.offset, ", size ", b.size, ") to offset ", offset,
+            ", which is not free");
+  --stats_.num_frees;
+  --stats_.num_allocs;
+  return *to;
+}
+
+std::vector<Block> Region::live_blocks() const {
+  std::vector<Block> out;
+  out.reserve(live_.size());
+  for (const auto& [offset, size] : live_) out.push_back(Block{offset, size});
+  std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.offset < b.offset; });
+  return out;
+}
+
 FreeNeighbors Region::free_neighbors(Block b) const {
   FreeNeighbors n;
   auto next = free_by_addr_.lower_bound(b.offset + b.size);

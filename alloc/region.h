@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -81,6 +82,12 @@ class Region {
   absl::StatusOr<Block> allocate_at(size_t offset, size_t bytes);
   // free: returns a live block; merges it with free neighbours.
   void free(Block b);
+  // move: live block b now takes [offset, offset + b.size), which must lie in b and the
+  // free bytes around it (compaction: Engine::compact). The region moves no bytes, and
+  // the move counts as neither an allocation nor a free.
+  Block move(Block b, size_t offset);
+  // live_blocks: every live block, by offset. O(n log n); for compaction and tests.
+  std::vector<Block> live_blocks() const;
 
   FreeNeighbors free_neighbors(Block b) const;
   // fits: whether a request of `bytes` could be met now.

@@ -114,6 +114,15 @@ void Tma::freed(Block b) {
   live_.erase(it);
 }
 
+void Tma::moved(Block from, Block to) {
+  if (!in_iteration_) return;
+  auto it = live_.find(from.offset);
+  if (it == live_.end()) return;
+  const size_t index = it->second;
+  live_.erase(it);
+  live_[to.offset] = index;
+}
+
 void Tma::end_iteration() {
   ++stats_.iterations;
   uint64_t signature = 0;

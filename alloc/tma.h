@@ -91,6 +91,9 @@ class Tma {
   void placed(uint64_t op_key, Block b, bool hit);
   // freed: block b of the region was freed.
   void freed(Block b);
+  // moved: live block `from` now lives at `to` (compaction); its request keeps its
+  // lifetime, and its planned offset is not learnt from the move.
+  void moved(Block from, Block to);
 
   const TmaStats& stats() const { return stats_; }
 

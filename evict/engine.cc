@@ -300,6 +300,91 @@ bool Engine::evict_one(bool fragmented) {
   return true;
 }
 
+// Note [Compaction]
+// With the compute region itself as the limit, a request can find the free bytes it needs
+// split among blocks none of which holds it, while everything that splits them is pinned
+// (the inputs of the op being run and of the ops waiting on it), persistent or the op's
+// own outputs: eviction can do nothing, and the run stopped out of memory where a byte
+// budget of the same size trained (replayed ViT-tiny at 20% of its peak: gelu_grad asked
+// 32 MiB beside its two pinned 32 MiB inputs with 58 MiB free, the largest block 31 MiB).
+// So, as a last resort, resident tensors move. Live blocks are read in address order;
+// blocks that are not a movable tensor's (persistent tensors, outputs and scratch of the
+// ops being run, and pinned tensors while a kernel runs) split the region into segments.
+// Inside a segment, a window of consecutive free gaps and movable blocks whose gaps add up
+// to the request becomes one free block when its blocks slide down to the window's start.
+// The window chosen is the one whose blocks hold the fewest bytes (two pointers over the
+// blocks, O(n log n) with the sort), so the copy is as small as it can be. Each block moves
+// to a lower address, into the free bytes below it and its own old range: the copy may
+// overlap, which copy_on_device allows. The region keeps its books; a move is priced
+// like a swap's one copy (bytes / gamma) in a replay.
+bool Engine::compact(size_t bytes, bool move_pinned) {
+  alloc::Region& region = host_.compute_region();
+  const size_t need = alloc::round_up(bytes);
+  if (region.capacity() - region.stats().allocated < need || region.largest_free() >= need) return false;
+  absl::flat_hash_map<size_t, TensorRecord*> owner;  // offset -> movable tensor
+  for (auto& [id, r] : records_) {
+    if (r.state == StorageState::kResident && !r.in_comm && !r.persistent && (move_pinned || r.pin_count == 0)) {
+      owner.emplace(r.block.offset, &r);
+    }
+  }
+  enum class Kind : uint8_t { kGap, kMovable, kFixed };
+  struct Item {
+    Kind kind;
+    size_t offset, size;
+    TensorRecord* r;
+  };
+  std::vector<Item> items;
+  size_t pos = 0;
+  for (const alloc::Block& b : region.live_blocks()) {
+    if (b.offset > pos) items.push_back(Item{Kind::kGap, pos, b.offset - pos, nullptr});
+    auto it = owner.find(b.offset);
+    const bool movable = it != owner.end() && it->second->block.size == b.size;
+    items.push_back(Item{movable ? Kind::kMovable : Kind::kFixed, b.offset, b.size, movable ? it->second : nullptr});
+    pos = b.offset + b.size;
+  }
+  if (region.capacity() > pos) items.push_back(Item{Kind::kGap, pos, region.capacity() - pos, nullptr});
+  size_t best_l = 0, best_r = 0, best_moved = SIZE_MAX;
+  size_t l = 0, free_sum = 0, moved_sum = 0;
+  for (size_t r = 0; r < items.size(); ++r) {
+    const Item& it = items[r];
+    if (it.kind == Kind::kFixed) {
+      l = r + 1;
+      free_sum = moved_sum = 0;
+      continue;
+    }
+    (it.kind == Kind::kGap ? free_sum : moved_sum) += it.size;
+    // Shrink from the left: a leading block is never needed, a leading gap only when the
+    // rest still holds the request.
+    while (l < r && (items[l].kind == Kind::kMovable || free_sum - items[l].size >= need)) {
+      (items[l].kind == Kind::kGap ? free_sum : moved_sum) -= items[l].size;
+      ++l;
+    }
+    if (it.kind == Kind::kGap && free_sum >= need && moved_sum < best_moved) {
+      best_l = l;
+      best_r = r;
+      best_moved = moved_sum;
+    }
+  }
+  if (best_moved == SIZE_MAX) return false;
+  const auto t0 = Clock::now();
+  size_t cursor = items[best_l].offset, copied = 0;
+  for (size_t k = best_l; k <= best_r; ++k) {
+    const Item& it = items[k];
+    if (it.kind != Kind::kMovable) continue;
+    if (it.offset != cursor) {
+      absl::StatusOr<alloc::Block> to = host_.move_compute(it.r->block, cursor);
+      if (!to.ok()) return false;  // the device failed the copy; the region is as before this block
+      it.r->block = *to;
+      copied += it.r->desc.bytes();
+    }
+    cursor += it.size;
+  }
+  ++stats_.compactions;
+  stats_.moved_bytes += copied;
+  stats_.move_us += simulate_ ? static_cast<double>(copied) / bytes_per_us_ : us_since(t0);
+  return region.largest_free() >= need;
+}
+
 // consider: scores r and keeps it in best when the policy may evict it and it scores lower.
 void Engine::consider(TensorRecord* r, bool fragmented, TensorRecord*& best, Score& best_score) {
   CandidateStats c;

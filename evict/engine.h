@@ -71,6 +71,9 @@ class Host {
   virtual absl::Status copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  // move_compute: live compute-region block b moves to `offset` (the region's and TMA's
+  // books, and the bytes unless simulating: the ranges may overlap). Note [Compaction]
+  virtual absl::StatusOr<alloc::Block> move_compute(alloc::Block b, size_t offset) = 0;
   // rerun: runs path's op again for a recompute, as an op of its own nested in the one
   // being run: makes `ins` resident by Engine::make_resident under `pins`, allocates each
   // output (a dropped output record, found when its turn comes, is a target) and runs the
@@ -134,6 +137,11 @@ class Engine {
   // one. fragmented: the request was within the budget but found no free block large
   // enough, so free neighbours count.
   bool evict_one(bool fragmented);
+  // compact: when the compute region's free bytes would hold `bytes` but no free block
+  // does, moves resident tensors together until one does, copying as few bytes as it can
+  // (move_pinned: pinned inputs may move too; not while a kernel runs, which holds their
+  // addresses). Says whether it made such a block. Note [Compaction]
+  bool compact(size_t bytes, bool move_pinned);
   HeldBytes held(std::span<TensorRecord* const> own_inputs) const;
 
   // ---- step 4 and 5: mutation and the graph ----

@@ -131,9 +131,9 @@ int run() {
                 (max_overhead - 1) * base->total_compute_us * 1e-3);
   }
   std::printf("\n");
-  std::printf("%-8s %-6s %10s %9s %10s %5s %8s %8s %10s %9s %9s %10s %11s %9s\n", "budget", "limit", "MiB", "overhead",
-              "peak_MiB", "stop", "drop/it", "swap/it", "recomp/it", "evB/it", "evF/it", "pinnedMiB", "swapMiB/it",
-              "search%");
+  std::printf("%-8s %-6s %10s %9s %10s %5s %8s %8s %10s %9s %9s %10s %11s %9s %11s\n", "budget", "limit", "MiB",
+              "overhead", "peak_MiB", "stop", "drop/it", "swap/it", "recomp/it", "evB/it", "evF/it", "pinnedMiB",
+              "swapMiB/it", "search%", "moveMiB/it");
   for (const Budget& b : budgets) {
     absl::StatusOr<size_t> m = resolve_budget(b, trace->header.compute_bytes, base->peak_bytes);
     if (!m.ok()) fail(kBadValue, absl::StrCat("--budget: ", m.status().message()));
@@ -147,14 +147,15 @@ int run() {
       const double n = std::max(1, r->counted_iterations);
       const bool stopped = r->out_of_memory || r->capped || !r->error.empty();
       const uint64_t evictions = r->stats.evict_drop + r->stats.evict_swap;
-      std::printf("%-8s %-6s %10.1f %9s %10.1f %5s %8.1f %8.1f %10.1f %9.1f %9.1f %10.1f %11.1f %9.3f\n",
+      std::printf("%-8s %-6s %10.1f %9s %10.1f %5s %8.1f %8.1f %10.1f %9.1f %9.1f %10.1f %11.1f %9.3f %11.1f\n",
                   b.text.c_str(), as_region ? "region" : "budget", *m / 1048576.0,
                   stopped ? "-" : absl::StrFormat("%.3f", r->overhead()).c_str(), r->peak_bytes / 1048576.0,
                   r->out_of_memory ? "oom" : r->capped ? "cap" : !r->error.empty() ? "error" : "no",
                   r->stats.evict_drop / n, r->stats.evict_swap / n, r->stats.recomputes / n,
                   (evictions - r->stats.evict_fragmented) / n, r->stats.evict_fragmented / n,
                   r->peak_pinned_bytes / 1048576.0, r->stats.swapped_out_bytes / n / 1048576.0,
-                  r->compute_us > 0 ? 100.0 * r->search_us / (r->compute_us + r->recompute_us + r->swap_us) : 0.0);
+                  r->compute_us > 0 ? 100.0 * r->search_us / (r->compute_us + r->recompute_us + r->swap_us) : 0.0,
+                  r->stats.moved_bytes / n / 1048576.0);
       if (!r->error.empty()) std::printf("  stopped: %s\n", r->error.c_str());
     }
   }

@@ -940,7 +940,8 @@ int run(const Flags& f, Input input) {
       "evict_drop=%llu evict_swap=%llu evict_fragmented=%llu recomputes=%llu recompute_sec=%.4f swapped_bytes=%llu "
       "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f high_water_compute_bytes=%zu tma_hits=%llu "
       "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu ranks=%d peak_comm_bytes=%zu "
-      "dp_buckets=%d dp_comm_sec=%.4f dp_exposed_sec=%.4f dp_hidden_share=%.3f\n",
+      "dp_buckets=%d dp_comm_sec=%.4f dp_exposed_sec=%.4f dp_hidden_share=%.3f compactions=%llu moved_bytes=%llu "
+      "move_sec=%.4f\n",
       f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(),
       f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
@@ -956,7 +957,10 @@ int run(const Flags& f, Input input) {
       static_cast<unsigned long long>(tma_end.plans),
       static_cast<unsigned long long>(tma_end.cache_hits - tma_start.cache_hits),
       static_cast<unsigned long long>(tma_end.cache_lookups - tma_start.cache_lookups), g_world.size,
-      mem->comm.peak_allocated, dp_end.buckets, dp_comm, dp_exposed, dp_hidden);
+      mem->comm.peak_allocated, dp_end.buckets, dp_comm, dp_exposed, dp_hidden,
+      static_cast<unsigned long long>(ev_end.compactions - ev_start.compactions),
+      static_cast<unsigned long long>(ev_end.moved_bytes - ev_start.moved_bytes),
+      (ev_end.move_us - ev_start.move_us) * 1e-6);
   std::fflush(stdout);
   if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
   if (!f.runtime.trace_path.empty()) out("trace: %s\n", f.runtime.trace_path.c_str());

@@ -41,6 +41,7 @@ class Device {
   // one returns, its host memory may be reused, copy_to_host's bytes are on the host, and
   // every op issued afterwards sees the copied bytes (the CUDA device orders its copies
   // with the kernels by events and may return from copy_to_device before the DMA ran).
+  // copy_on_device's ranges may overlap (memmove's meaning).
   virtual absl::Status copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_on_device(void* dst, const void* src, size_t bytes) = 0;

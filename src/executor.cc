@@ -117,11 +117,7 @@ absl::Status Executor::execute(ApplyOp& c) {
   if (absl::Status s = engine_.make_resident(ins, pins); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(context(), ": regenerating an input: ", s.message()));
   }
-  absl::InlinedVector<TensorView, 4> in_views;
-  for (TensorRecord* r : ins) {
-    r->last_access = engine_.clock();
-    in_views.push_back(TensorView{data(*r), &r->desc});
-  }
+  for (TensorRecord* r : ins) r->last_access = engine_.clock();
 
   // 3. Allocate the outputs in the compute region (TMA's planned offset or best fit; DTE
   //    evicts until each fits: see allocate).
@@ -160,7 +156,10 @@ absl::Status Executor::execute(ApplyOp& c) {
     }
   }
 
-  // 4. Run the kernel, timed.
+  // 4. Run the kernel, timed. The inputs' views are taken now: allocating the outputs and
+  //    a snapshot may have moved them (Note [Compaction], evict/engine.cc).
+  absl::InlinedVector<TensorView, 4> in_views;
+  for (TensorRecord* r : ins) in_views.push_back(TensorView{data(*r), &r->desc});
   double us = 0;
   if (absl::Status s = run(path, in_views, out_views, /*recomputing=*/false, &us); !s.ok()) {
     free_outputs();
@@ -270,7 +269,9 @@ absl::Status Executor::rerun(const std::shared_ptr<ComputePath>& path, std::span
     blocks.push_back(*b);
     out_views.push_back(TensorView{device_.compute_ptr(*b), d});
   }
-  // 4. The kernel.
+  // 4. The kernel, on the inputs where they are now (allocating the outputs may have moved
+  //    them: Note [Compaction], evict/engine.cc).
+  for (size_t i = 0; i < ins.size(); ++i) in_views[i].data = data(*ins[i]);
   if (absl::Status s = run(path, in_views, out_views, /*recomputing=*/true, &out.us); !s.ok()) {
     free_blocks();
     return s;
@@ -369,6 +370,7 @@ absl::StatusOr<alloc::Block> Executor::allocate(size_t bytes, const std::functio
   // free (a hit), else best-fit in whatever is free (a miss); see alloc/tma.h.
   const std::optional<size_t> planned = tma_ && !lowest ? tma_->propose(op_key_, size) : std::nullopt;
   std::optional<alloc::Block> got;
+  bool compacted = false;
   for (;;) {
     const bool within_budget = region.stats().allocated + size <= m_star;
     if (within_budget) {
@@ -386,12 +388,32 @@ absl::StatusOr<alloc::Block> Executor::allocate(size_t bytes, const std::functio
         break;
       }
     }
-    if (!engine_.evict_one(/*fragmented=*/within_budget)) break;
+    if (engine_.evict_one(/*fragmented=*/within_budget)) continue;
+    // Nothing more to evict, and the free bytes are there but in pieces: move resident
+    // tensors together (Note [Compaction], evict/engine.cc). A kernel running now (its
+    // scratch) holds its inputs' addresses, so they stay put.
+    if (within_budget && !compacted && engine_.compact(size, /*move_pinned=*/request != Request::kScratch)) {
+      compacted = true;
+      continue;
+    }
+    break;
   }
   if (!got) return out_of_memory(size, who, request);
   if (!frames_.empty() && request == Request::kOutput) frames_.back()->outputs_held += size;
   if (!frames_.empty() && request == Request::kScratch) frames_.back()->scratch_held += size;
   return *got;
+}
+
+absl::StatusOr<alloc::Block> Executor::move_compute(alloc::Block b, size_t offset) {
+  alloc::Region& region = device_.compute_region();
+  // The bytes first: if the copy fails, the books still say where they are.
+  if (!simulate_) {
+    MTC_RETURN_IF_ERROR(device_.copy_on_device(device_.compute_ptr(alloc::Block{offset, b.size}),
+                                               device_.compute_ptr(b), b.size));
+  }
+  const alloc::Block to = region.move(b, offset);
+  if (tma_) tma_->moved(b, to);
+  return to;
 }
 
 // claim: the engine's own blocks (swap-ins, snapshots) go through allocate like any

@@ -121,6 +121,7 @@ class Executor final : private evict::Host {
   absl::Status copy_on_device(void* dst, const void* src, size_t bytes) override {
     return device_.copy_on_device(dst, src, bytes);
   }
+  absl::StatusOr<alloc::Block> move_compute(alloc::Block b, size_t offset) override;
   absl::Status rerun(const std::shared_ptr<ComputePath>& path, std::span<TensorRecord* const> ins,
                      Pins& pins, evict::Rerun& out) override;
   const char* op_name(const ComputePath& path) override;

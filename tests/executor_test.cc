@@ -1,12 +1,13 @@
 // Tests of the interpreter's worker side (src/executor.cc) driven command by command:
 // the tensor records it keeps (storage, compute path, users, reference counts) and what
-// Del (with DTE's fake delete) and failures do to them, and which evictions count as forced by
-// fragmentation.
+// Del (with DTE's fake delete) and failures do to them, which evictions count as forced by
+// fragmentation, and compaction when only moving a pinned input makes room.
 #include <memory>
 
 #include "executor.h"
 #include "gtest/gtest.h"
 #include "ops/elementwise.h"
+#include "ops/shape_ops.h"
 
 namespace mtc {
 namespace {
@@ -143,6 +144,63 @@ TEST(ExecutorEvictions, CountsEvictionsForcedByFragmentation) {
   ASSERT_TRUE(put(5, 2).ok());
   EXPECT_EQ(ex.evict_stats().evict_swap, 2u);
   EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
+}
+
+// Note [Compaction] (evict/engine.cc): 2 MiB free in two 1 MiB blocks, split by the op's own
+// pinned input, which nothing may evict: the input moves down, the output takes the 2 MiB
+// above it, and the op computes from the input's moved bytes.
+TEST(ExecutorEvictions, MovesAPinnedInputWhenOnlyThatMakesRoom) {
+  for (EvictPolicy policy : {EvictPolicy::kMtc, EvictPolicy::kNone}) {
+    SCOPED_TRACE(evict_policy_name(policy));
+    DeviceOptions o;
+    o.memory_bytes = size_t{4} << 20;
+    o.comm_bytes = size_t{1} << 20;  // compute region: 3 MiB
+    o.num_threads = 1;
+    auto d = make_device(o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    alloc::Region& region = (*d)->compute_region();
+    ExecutorOptions eo;
+    eo.evict.policy = policy;
+    eo.evict.reproducible = true;
+    Executor ex(**d, eo);
+    const int64_t n = int64_t{1} << 18;  // 1 MiB of f32
+    auto put = [&](uint64_t id, float base) {
+      TensorDesc desc{{n}, DType::kF32};
+      std::vector<float> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(i);
+      Put p{id, desc, std::vector<std::byte>(desc.bytes()), false};
+      std::memcpy(p.data.data(), v.data(), desc.bytes());
+      return ex.execute(p);
+    };
+    ASSERT_TRUE(put(1, 0.f).ok());
+    ASSERT_TRUE(put(2, 1e6f).ok());
+    ASSERT_TRUE(put(3, 0.f).ok());
+    Del d1{1}, d3{3};
+    ASSERT_TRUE(ex.execute(d1).ok());
+    ASSERT_TRUE(ex.execute(d3).ok());
+    ASSERT_EQ(ex.records().at(2).block.offset, size_t{1} << 20);
+    ASSERT_EQ(region.largest_free(), size_t{1} << 20);
+    ApplyOp cat{std::make_shared<ConcatOp>(0), {2, 2}, {4}, {TensorDesc{{2 * n}, DType::kF32}}};
+    ASSERT_TRUE(ex.execute(cat).ok());
+    EXPECT_EQ(ex.evict_stats().compactions, 1u);
+    EXPECT_EQ(ex.evict_stats().moved_bytes, size_t{1} << 20);
+    EXPECT_EQ(ex.evict_stats().evict_swap + ex.evict_stats().evict_drop, 0u);
+    EXPECT_EQ(ex.records().at(2).block.offset, 0u);
+    EXPECT_EQ(ex.records().at(4).block.offset, size_t{1} << 20);
+    region.check_invariants();
+    std::vector<float> got(2 * n);
+    GetValue g{4, got.data(), got.size() * sizeof(float), nullptr};
+    ASSERT_TRUE(ex.execute(g).ok());
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      ASSERT_EQ(got[i], 1e6f + static_cast<float>(i % n)) << i;
+    }
+    if (policy != EvictPolicy::kNone) continue;
+    // Without eviction and without room even in pieces, the op fails as before.
+    ApplyOp again{std::make_shared<ConcatOp>(0), {2, 2}, {5}, {TensorDesc{{2 * n}, DType::kF32}}};
+    absl::Status s = ex.execute(again);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_EQ(ex.evict_stats().compactions, 1u);
+  }
 }
 
 }  // namespace

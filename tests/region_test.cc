@@ -318,6 +318,29 @@ TEST(Region, FailureMessageNamesRequestAndState) {
   EXPECT_TRUE(r.allocate(512 * 1024).ok());
 }
 
+// move: a live block slides into the free bytes below it (overlapping its old range); the
+// free list stays coalesced, live_blocks lists blocks by offset, and the move is neither an
+// allocation nor a free.
+TEST(Region, MoveSlidesABlockIntoTheFreeBytesBesideIt) {
+  Region r("r", 8 * kAlignment);
+  Block a = *r.allocate(2 * kAlignment), b = *r.allocate(3 * kAlignment), c = *r.allocate(kAlignment);
+  r.free(a);  // free: [0,2) and [6,8); b at [2,5), c at [5,6)
+  ASSERT_EQ(r.largest_free(), 2 * kAlignment);
+  const RegionStats before = r.stats();
+  Block moved = r.move(b, kAlignment);  // into [1,4): overlaps [2,5)
+  EXPECT_EQ(moved, (Block{kAlignment, 3 * kAlignment}));
+  r.check_invariants();
+  EXPECT_EQ(r.stats().num_allocs, before.num_allocs);
+  EXPECT_EQ(r.stats().num_frees, before.num_frees);
+  EXPECT_EQ(r.stats().allocated, before.allocated);
+  EXPECT_EQ(r.live_blocks(), (std::vector<Block>{moved, c}));
+  EXPECT_EQ(r.free_neighbors(c).left, kAlignment);  // [4,5) freed by the move
+  Block c2 = r.move(c, 4 * kAlignment);
+  r.check_invariants();
+  EXPECT_EQ(r.largest_free(), 3 * kAlignment);  // [5,8) in one block
+  EXPECT_EQ(r.live_blocks(), (std::vector<Block>{moved, c2}));
+}
+
 TEST(Region, EmptyRegion) {
   Region r("empty", 100);  // rounds down to 0 bytes
   EXPECT_EQ(r.capacity(), 0u);

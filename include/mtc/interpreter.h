@@ -73,6 +73,9 @@ struct EvictStats {
   double swap_us = 0;            // time copying to and from host memory
   uint64_t searches = 0;         // eviction searches
   double search_us = 0;          // time choosing what to evict
+  uint64_t compactions = 0;      // requests met by moving resident tensors together
+  uint64_t moved_bytes = 0;      // bytes those moves copied within the device
+  double move_us = 0;            // time in those copies (Note [Compaction], evict/engine.cc)
 };
 
 // MemoryStats: the compute (m2) and comm/gradient (m1) regions, in bytes.

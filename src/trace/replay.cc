@@ -527,6 +527,7 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
   res.recompute_us = end.recompute_us - start.recompute_us;
   res.swap_us = end.swap_us - start.swap_us;
   res.search_us = end.search_us - start.search_us;
+  res.move_us = end.move_us - start.move_us;
   // Every figure of the counted iterations alone.
   res.stats = end;
   res.stats.ops -= start.ops;
@@ -541,6 +542,9 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
   res.stats.swap_us -= start.swap_us;
   res.stats.searches -= start.searches;
   res.stats.search_us -= start.search_us;
+  res.stats.compactions -= start.compactions;
+  res.stats.moved_bytes -= start.moved_bytes;
+  res.stats.move_us -= start.move_us;
   res.peak_bytes = device.compute_region().stats().peak_allocated;
   res.peak_pinned_bytes = ex.pinned_bytes().peak;
   res.total_compute_us = end.compute_us;

@@ -64,12 +64,14 @@ struct ReplayResult {
   bool capped = false;      // stopped by EvictOptions::max_overhead_us
   std::string error;        // why it stopped, when it did
   int counted_iterations = 0;
-  double compute_us = 0, recompute_us = 0, swap_us = 0, search_us = 0;  // counted iterations
+  double compute_us = 0, recompute_us = 0, swap_us = 0, search_us = 0, move_us = 0;  // counted iterations
   size_t peak_bytes = 0;    // compute region, whole replay
   size_t peak_pinned_bytes = 0;  // resident and pinned at once, whole replay
   double total_compute_us = 0;   // every iteration's program ops, counted or not
   EvictStats stats;         // counted iterations
-  double overhead() const { return compute_us > 0 ? (compute_us + recompute_us + swap_us) / compute_us : 0; }
+  double overhead() const {
+    return compute_us > 0 ? (compute_us + recompute_us + swap_us + move_us) / compute_us : 0;
+  }
 };
 
 // replay: runs the trace under `evict` (its budget_bytes is m*; 0: the region's size) on

@@ -117,8 +117,33 @@ class CudaDevice final : public Device {
   }
 
   absl::Status copy_on_device(void* dst, const void* src, size_t bytes) override {
-    if (bytes == 0) return absl::OkStatus();
-    MTC_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream_));
+    if (bytes == 0 || dst == src) return absl::OkStatus();
+    auto* d = static_cast<std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    const size_t dist = d > s ? static_cast<size_t>(d - s) : static_cast<size_t>(s - d);
+    if (dist >= bytes) {
+      MTC_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream_));
+      return absl::OkStatus();
+    }
+    // Overlapping ranges (compaction slides a tensor into the free bytes beside it), which
+    // cudaMemcpy does not allow: pieces no longer than the distance, the front piece first
+    // when moving down (the back one when moving up), so that no piece overwrites bytes not
+    // yet read. Past 64 such pieces, 8 MiB pieces through the pinned device-to-host slot,
+    // each read whole before it is written, in the same order.
+    const bool via_host = dist < bytes / 64;
+    const size_t piece = via_host ? kStagingBytes : dist;
+    const size_t n = (bytes + piece - 1) / piece;
+    std::byte* slot = staging_ + static_cast<size_t>(kStagingSlots) * kStagingBytes;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t off = (d < s ? k : n - 1 - k) * piece, len = std::min(piece, bytes - off);
+      if (!via_host) {
+        MTC_CUDA(cudaMemcpyAsync(d + off, s + off, len, cudaMemcpyDeviceToDevice, compute_stream_));
+        continue;
+      }
+      MTC_CUDA(cudaMemcpyAsync(slot, s + off, len, cudaMemcpyDeviceToHost, compute_stream_));
+      MTC_CUDA(cudaMemcpyAsync(d + off, slot, len, cudaMemcpyHostToDevice, compute_stream_));
+      MTC_CUDA(cudaStreamSynchronize(compute_stream_));
+    }
     return absl::OkStatus();
   }
 
