@@ -109,39 +109,58 @@ TEST_F(ExecutorTest, FailedOpLeavesNoRecordAndNoStorage) {
   EXPECT_TRUE(ex_->execute(del).ok());
 }
 
+// A device whose compute region is 3 MiB, and an executor on it, with eviction by policy.
+struct SmallExecutor {
+  explicit SmallExecutor(EvictPolicy policy) {
+    DeviceOptions o;
+    o.memory_bytes = size_t{4} << 20;
+    o.comm_bytes = size_t{1} << 20;
+    o.num_threads = 1;
+    device = *make_device(o);
+    ExecutorOptions eo;
+    eo.evict.policy = policy;
+    eo.evict.reproducible = true;
+    ex = std::make_unique<Executor>(*device, eo);
+  }
+  // put: a 1 MiB tensor of f32 holding base + i.
+  absl::Status put(uint64_t id, float base, int64_t mib = 1) {
+    const int64_t n = mib << 18;
+    TensorDesc desc{{n}, DType::kF32};
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(i);
+    Put p{id, desc, std::vector<std::byte>(desc.bytes()), false};
+    std::memcpy(p.data.data(), v.data(), desc.bytes());
+    return ex->execute(p);
+  }
+  // split: tensors 1, 2 and 3 of 1 MiB, then 1 and 3 released: 2 MiB free, in two blocks
+  // of 1 MiB, with tensor 2 (1e6 + i) between them.
+  void split() {
+    ASSERT_TRUE(put(1, 0.f).ok());
+    ASSERT_TRUE(put(2, 1e6f).ok());
+    ASSERT_TRUE(put(3, 0.f).ok());
+    Del d1{1}, d3{3};
+    ASSERT_TRUE(ex->execute(d1).ok());
+    ASSERT_TRUE(ex->execute(d3).ok());
+    ASSERT_EQ(device->compute_region().stats().allocated, size_t{1} << 20);
+    ASSERT_EQ(device->compute_region().largest_free(), size_t{1} << 20);
+    ASSERT_EQ(ex->records().at(2).block.offset, size_t{1} << 20);
+  }
+  std::shared_ptr<Device> device;
+  std::unique_ptr<Executor> ex;
+};
+
 // A request within the budget that finds no block large enough forces an eviction, which
 // evict_fragmented counts; one over the budget forces an eviction it does not count.
 TEST(ExecutorEvictions, CountsEvictionsForcedByFragmentation) {
-  DeviceOptions o;
-  o.memory_bytes = size_t{4} << 20;
-  o.comm_bytes = size_t{1} << 20;  // compute region: 3 MiB
-  o.num_threads = 1;
-  auto d = make_device(o);
-  ASSERT_TRUE(d.ok()) << d.status();
-  ExecutorOptions eo;
-  eo.evict.policy = EvictPolicy::kMtc;
-  eo.evict.reproducible = true;
-  Executor ex(**d, eo);
-  auto put = [&](uint64_t id, size_t mib) {
-    TensorDesc desc{{static_cast<int64_t>(mib << 18)}, DType::kF32};
-    Put p{id, desc, std::vector<std::byte>(desc.bytes()), false};
-    return ex.execute(p);
-  };
-  ASSERT_TRUE(put(1, 1).ok());
-  ASSERT_TRUE(put(2, 1).ok());
-  ASSERT_TRUE(put(3, 1).ok());
-  Del d1{1}, d3{3};
-  ASSERT_TRUE(ex.execute(d1).ok());
-  ASSERT_TRUE(ex.execute(d3).ok());
-  // 2 MiB free, in two blocks of 1 MiB: tensor 2 sits between them.
-  ASSERT_EQ((*d)->compute_region().stats().allocated, size_t{1} << 20);
-  ASSERT_EQ((*d)->compute_region().largest_free(), size_t{1} << 20);
-  ASSERT_TRUE(put(4, 2).ok());
+  SmallExecutor s(EvictPolicy::kMtc);
+  s.split();
+  Executor& ex = *s.ex;
+  ASSERT_TRUE(s.put(4, 0.f, 2).ok());
   EXPECT_EQ(ex.evict_stats().evict_swap, 1u);  // a Put cannot be recomputed: swapped
   EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
   EXPECT_EQ(ex.records().at(2).state, StorageState::kSwapped);
   // 2 MiB live of 3: another 2 MiB passes the budget.
-  ASSERT_TRUE(put(5, 2).ok());
+  ASSERT_TRUE(s.put(5, 0.f, 2).ok());
   EXPECT_EQ(ex.evict_stats().evict_swap, 2u);
   EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
 }
@@ -152,34 +171,10 @@ TEST(ExecutorEvictions, CountsEvictionsForcedByFragmentation) {
 TEST(ExecutorEvictions, MovesAPinnedInputWhenOnlyThatMakesRoom) {
   for (EvictPolicy policy : {EvictPolicy::kMtc, EvictPolicy::kNone}) {
     SCOPED_TRACE(evict_policy_name(policy));
-    DeviceOptions o;
-    o.memory_bytes = size_t{4} << 20;
-    o.comm_bytes = size_t{1} << 20;  // compute region: 3 MiB
-    o.num_threads = 1;
-    auto d = make_device(o);
-    ASSERT_TRUE(d.ok()) << d.status();
-    alloc::Region& region = (*d)->compute_region();
-    ExecutorOptions eo;
-    eo.evict.policy = policy;
-    eo.evict.reproducible = true;
-    Executor ex(**d, eo);
-    const int64_t n = int64_t{1} << 18;  // 1 MiB of f32
-    auto put = [&](uint64_t id, float base) {
-      TensorDesc desc{{n}, DType::kF32};
-      std::vector<float> v(n);
-      for (int64_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(i);
-      Put p{id, desc, std::vector<std::byte>(desc.bytes()), false};
-      std::memcpy(p.data.data(), v.data(), desc.bytes());
-      return ex.execute(p);
-    };
-    ASSERT_TRUE(put(1, 0.f).ok());
-    ASSERT_TRUE(put(2, 1e6f).ok());
-    ASSERT_TRUE(put(3, 0.f).ok());
-    Del d1{1}, d3{3};
-    ASSERT_TRUE(ex.execute(d1).ok());
-    ASSERT_TRUE(ex.execute(d3).ok());
-    ASSERT_EQ(ex.records().at(2).block.offset, size_t{1} << 20);
-    ASSERT_EQ(region.largest_free(), size_t{1} << 20);
+    SmallExecutor s(policy);
+    s.split();
+    Executor& ex = *s.ex;
+    const int64_t n = int64_t{1} << 18;
     ApplyOp cat{std::make_shared<ConcatOp>(0), {2, 2}, {4}, {TensorDesc{{2 * n}, DType::kF32}}};
     ASSERT_TRUE(ex.execute(cat).ok());
     EXPECT_EQ(ex.evict_stats().compactions, 1u);
@@ -187,7 +182,7 @@ TEST(ExecutorEvictions, MovesAPinnedInputWhenOnlyThatMakesRoom) {
     EXPECT_EQ(ex.evict_stats().evict_swap + ex.evict_stats().evict_drop, 0u);
     EXPECT_EQ(ex.records().at(2).block.offset, 0u);
     EXPECT_EQ(ex.records().at(4).block.offset, size_t{1} << 20);
-    region.check_invariants();
+    s.device->compute_region().check_invariants();
     std::vector<float> got(2 * n);
     GetValue g{4, got.data(), got.size() * sizeof(float), nullptr};
     ASSERT_TRUE(ex.execute(g).ok());
@@ -197,8 +192,8 @@ TEST(ExecutorEvictions, MovesAPinnedInputWhenOnlyThatMakesRoom) {
     if (policy != EvictPolicy::kNone) continue;
     // Without eviction and without room even in pieces, the op fails as before.
     ApplyOp again{std::make_shared<ConcatOp>(0), {2, 2}, {5}, {TensorDesc{{2 * n}, DType::kF32}}};
-    absl::Status s = ex.execute(again);
-    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    absl::Status st = ex.execute(again);
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
     EXPECT_EQ(ex.evict_stats().compactions, 1u);
   }
 }
