@@ -276,18 +276,19 @@ bool Engine::evict_one(bool fragmented) {
   Score best_score;
   // scan: scores `tries` candidates (all of them when tries == n); `waiting`: also the
   // inputs pinned only while they wait for their op's other inputs (Note [Regeneration
-  // order]).
-  auto scan = [&](size_t count, bool waiting) {
+  // order]); `kept`: drop tensors kept for this op too (Note [Recompute cycles]).
+  auto scan = [&](size_t count, bool waiting, bool kept) {
     for (size_t k = 0; k < count; ++k) {
       TensorRecord* r = count == n ? candidates_[k] : candidates_[sample_rng_() % n];
       if (r->pin_count > 0 && !(waiting && r->pin_count == waiting_pins(*r))) continue;
-      consider(r, fragmented, best, best_score);
+      consider(r, fragmented, /*no_drop=*/!kept && r->kept_for == op_clock_, best, best_score);
     }
   };
-  scan(tries, /*waiting=*/false);
+  scan(tries, /*waiting=*/false, /*kept=*/false);
   // A sample with nothing eligible in it says nothing of the rest: score them all.
-  if (best == nullptr && tries < n) scan(n, /*waiting=*/false);
-  if (best == nullptr && !waiting_pins_.empty()) scan(n, /*waiting=*/true);
+  if (best == nullptr && tries < n) scan(n, /*waiting=*/false, /*kept=*/false);
+  if (best == nullptr && kept_now_ > 0) scan(n, /*waiting=*/false, /*kept=*/true);
+  if (best == nullptr && !waiting_pins_.empty()) scan(n, /*waiting=*/true, /*kept=*/true);
   stats_.search_us += us_since(t0);
   if (best == nullptr) return false;
   if (best_score.action == Action::kSwap) {
@@ -386,7 +387,7 @@ bool Engine::compact(size_t bytes, bool move_pinned) {
 }
 
 // consider: scores r and keeps it in best when the policy may evict it and it scores lower.
-void Engine::consider(TensorRecord* r, bool fragmented, TensorRecord*& best, Score& best_score) {
+void Engine::consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score) {
   CandidateStats c;
   c.bytes = r->block.size;
   c.compute_us = r->producer ? r->producer->compute_us : 0;
@@ -405,7 +406,7 @@ void Engine::consider(TensorRecord* r, bool fragmented, TensorRecord*& best, Sco
     c.free_left = fn.left;
     c.free_right = fn.right;
   }
-  c.can_drop = droppable(*r);
+  c.can_drop = !no_drop && droppable(*r);
   c.can_swap = true;
   if (c.can_drop) {
     absl::InlinedVector<uint64_t, 8> roots;
@@ -543,9 +544,28 @@ absl::Status Engine::check_overhead(const TensorRecord& r) const {
       spent, opts_.max_overhead_us, r.desc.str(), r.producer ? absl::StrCat("(op ", host_.op_name(*r.producer), ")") : ""));
 }
 
+// Note [Recompute cycles]
+// One op's inputs can need the same dropped tensor again and again: regenerating its
+// third input evicts what its first input's recompute path had regenerated, the second
+// pass brings the first back, and so on down the chain. A Tree-LSTM's concat of 64 node
+// states, replayed in drop mode at 30% of its peak, recomputed single tensors more than
+// 1,300 times for that one op, and the replay ran past 4x its compute time. So a tensor
+// recomputed a second time while one op's inputs are made resident (a cycle) is kept for
+// the rest of that op: the search may still swap it but no longer drops it, and drops it
+// only as a last resort, when nothing else (except inputs waiting for their op) can go.
+// A tensor recomputed max_recomputes_per_op times for one op even so stops the op with an
+// error naming it and the tensor: no order of the op's regeneration fits the budget
+// without a storm, and a larger budget is what helps.
 absl::Status Engine::recompute(TensorRecord& r) {
   MTC_CHECK(r.producer != nullptr, "dropped tensor without a compute path");
   MTC_RETURN_IF_ERROR(check_overhead(r));
+  if (opts_.max_recomputes_per_op > 0 && r.recomputed_for == op_clock_ &&
+      r.recomputes_for_op >= opts_.max_recomputes_per_op) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a recompute storm: ", r.desc.str(), " (op ", host_.op_name(*r.producer), ") was recomputed ",
+        r.recomputes_for_op, " times to make this op's inputs resident, and is needed again: the budget cannot "
+        "hold this op's regeneration; expected a larger --budget"));
+  }
   const std::shared_ptr<ComputePath> path = r.producer;  // keep it alive across erasures
   absl::InlinedVector<TensorRecord*, 4> ins;
   for (size_t i = 0; i < path->inputs.size(); ++i) {
@@ -573,6 +593,14 @@ absl::Status Engine::recompute(TensorRecord& r) {
     set_resident(*t, out.blocks[i]);
     t->last_access = op_clock_;
     ++t->recompute_count;
+    if (t->recomputed_for != op_clock_) {
+      t->recomputed_for = op_clock_;
+      t->recomputes_for_op = 1;
+    } else if (++t->recomputes_for_op == 2) {  // a cycle: kept for the rest of this op
+      t->kept_for = op_clock_;
+      ++kept_now_;
+      ++stats_.recompute_cycles;
+    }
     classes_.restore(t->id);
   }
   // Inputs the user has released were regenerated only for this: drop them again.

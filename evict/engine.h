@@ -123,7 +123,10 @@ class Engine {
   void remove_candidate(TensorRecord& r);
   // clock: ApplyOps executed so far, the staleness clock; tick: one more.
   uint64_t clock() const { return op_clock_; }
-  void tick() { ++op_clock_; }
+  void tick() {
+    ++op_clock_;
+    kept_now_ = 0;
+  }
 
   // ---- step 2: the inputs ----
   // make_resident: marks ins as just used, pins them into `pins` and brings back each one
@@ -165,7 +168,8 @@ class Engine {
  private:
   absl::Status recompute(TensorRecord& r);
   absl::Status check_overhead(const TensorRecord& r) const;  // EvictOptions::max_overhead_us
-  void consider(TensorRecord* r, bool fragmented, TensorRecord*& best, Score& best_score);
+  // consider: no_drop: r may only be swapped (Note [Recompute cycles]).
+  void consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score);
   // waiting_pins: how many of r's pins are waiting pins (Note [Regeneration order]).
   uint32_t waiting_pins(const TensorRecord& r) const;
   void unwait(const TensorRecord& r);
@@ -198,6 +202,7 @@ class Engine {
   bool refine_gamma_ = false;  // gamma was measured at start-up, so swaps may refine it
   double copied_bytes_ = 0, copied_us_ = 0;  // real swap copies so far, both directions
   uint64_t op_clock_ = 0;    // ApplyOps executed so far: the staleness clock
+  size_t kept_now_ = 0;      // tensors kept for the current op (Note [Recompute cycles])
   static constexpr uint64_t kSnapshotIdBase = uint64_t{1} << 62;  // above any handle's id
   uint64_t next_snapshot_ = 0;
   EvictStats stats_;

@@ -32,6 +32,9 @@ ABSL_FLAG(int, beta_max_power, static_cast<int>(mtc::EvictOptions{}.beta_max_pow
 ABSL_FLAG(std::string, limit, "budget,region",
           "what each --budget limits, one or both, comma-separated: budget (a byte budget m* on the trace's compute "
           "region) | region (the compute region itself that size, no budget: fragmentation can bind)");
+ABSL_FLAG(int, max_recomputes_per_op, static_cast<int>(mtc::EvictOptions{}.max_recomputes_per_op),
+          "stop an op once one tensor has been recomputed this many times to make its inputs resident (a recompute "
+          "storm; the row says oom; 0: never)");
 ABSL_FLAG(std::string, max_overhead, "4",
           "stop a replay once recomputing and swapping have taken more than (this - 1) x the trace's compute time, "
           "and say so (0: no cap)");
@@ -73,6 +76,11 @@ int run() {
     fail(kBadValue, absl::StrCat("--beta_max_power ", absl::GetFlag(FLAGS_beta_max_power), ": expected a count >= 0"));
   }
   ev.beta_max_power = static_cast<uint32_t>(absl::GetFlag(FLAGS_beta_max_power));
+  if (absl::GetFlag(FLAGS_max_recomputes_per_op) < 0) {
+    fail(kBadValue, absl::StrCat("--max_recomputes_per_op ", absl::GetFlag(FLAGS_max_recomputes_per_op),
+                                 ": expected a count >= 0"));
+  }
+  ev.max_recomputes_per_op = static_cast<uint32_t>(absl::GetFlag(FLAGS_max_recomputes_per_op));
   const int skip = absl::GetFlag(FLAGS_skip);
   if (skip < 0) fail(kBadValue, absl::StrCat("--skip ", skip, ": expected a count >= 0"));
   bool by_budget = false, by_region = false;

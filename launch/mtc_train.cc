@@ -95,6 +95,9 @@ ABSL_FLAG(std::string, budget, "none",
           "or none (evict only when an allocation does not fit the region)");
 ABSL_FLAG(std::string, evict_policy, "mtc", "DTE: eviction policy: mtc|dtr|lru|largest|capuchin|none");
 ABSL_FLAG(std::string, evict_mode, "both", "DTE: evictions allowed: both|drop|swap");
+ABSL_FLAG(FlagText, max_recomputes_per_op, {"16"},
+          "DTE: stop an op, naming it, once one tensor has been recomputed this many times to make its inputs "
+          "resident (a recompute storm: the budget is too small; 0: never)");
 ABSL_FLAG(bool, tma, false,
           "TMA: trace the first --tma_warmup iterations, then place transient tensors at planned offsets");
 ABSL_FLAG(FlagText, tma_warmup, {"5"}, "TMA: iterations traced before the first plan (>= 1)");
@@ -361,9 +364,14 @@ Flags read_flags() {
       fail(kBadValue, absl::StrCat("--", name, " without --tma: it sets TMA, which is off; expected --tma too"));
     }
   }
-  if (r.evict.policy == EvictPolicy::kNone && cli::given("evict_mode")) {
-    fail(kBadValue, "--evict_mode with --evict_policy none: nothing is evicted; expected an eviction policy (mtc)");
+  for (const char* name : {"evict_mode", "max_recomputes_per_op"}) {
+    if (r.evict.policy == EvictPolicy::kNone && cli::given(name)) {
+      fail(kBadValue, absl::StrCat("--", name, " with --evict_policy none: nothing is evicted; expected an eviction "
+                                   "policy (mtc)"));
+    }
   }
+  r.evict.max_recomputes_per_op =
+      static_cast<uint32_t>(value_or_exit(int_flag("max_recomputes_per_op", absl::GetFlag(FLAGS_max_recomputes_per_op), 0)));
   // Default threads: the cores divided among the ranks on this machine (default_threads),
   // and no more than the cores that are idle now: with another process keeping one of 2
   // cores busy, ResNet-56 ran 1.6x faster on one thread than on two (docs/cpu.md).

@@ -260,6 +260,69 @@ TEST(TraceRegeneration, AnOpsResidentInputStaysWhileAnotherIsRegenerated) {
   std::remove(path.c_str());
 }
 
+// Note [Recompute cycles] in evict/engine.cc. Drop mode, a budget of `slots` 256 KiB
+// tensors: x (a Put), y = relu(x), dear; per i, g_i = relu(y) and h_i = relu(g_i), cheap;
+// y and the g_i released (recompute sources); fillers relu(x), dearer still, crowd out
+// the h_i; then one op reads every h_i. Each h_i's regeneration recomputes g_i from y,
+// and y, unpinned between them and cheaper than a filler, goes for the next block.
+std::string cycle_trace(int k, int fillers) {
+  const std::string path = temp_path("cycle.jsonl");
+  std::ofstream f(path);
+  f << R"({"mtc_trace":1,"device":"cpu","compute_bytes":67108864,"comm_bytes":0,"budget_bytes":0,"bytes_per_us":1000})"
+    << "\n";
+  auto op = [&](const std::string& name, const std::string& in, int out, int us) {
+    f << R"({"e":"op","op":")" << name << R"(","in":[)" << in << R"(],"out":[)" << out
+      << R"(],"shapes":[[65536]],"dtypes":["f32"],"us":)" << us << "}\n";
+  };
+  f << R"({"e":"put","id":1,"shape":[65536],"dtype":"f32"})" << "\n";
+  op("relu", "1", 2, 100);  // y
+  std::string hs;
+  for (int i = 0; i < k; ++i) {
+    op("relu", "2", 100 + i, 1);                        // g_i
+    op("relu", std::to_string(100 + i), 200 + i, 1);    // h_i
+    f << R"({"e":"release","id":)" << 100 + i << "}\n";
+    hs += (i ? "," : "") + std::to_string(200 + i);
+  }
+  f << R"({"e":"release","id":2})" << "\n";
+  for (int j = 0; j < fillers; ++j) op("relu", "1", 300 + j, 10000);
+  op("sum_all", hs, 400, 1);
+  return path;
+}
+
+TEST(TraceRegeneration, ATensorRecomputedTwiceForOneOpIsKept) {
+  const std::string path = cycle_trace(6, 8);
+  auto trace = load_trace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  auto run = [&](int slots, uint32_t max_recomputes) {
+    EvictOptions ev;
+    ev.mode = EvictMode::kDrop;
+    ev.budget_bytes = slots * size_t{262144};
+    ev.max_recomputes_per_op = max_recomputes;
+    auto r = replay(*trace, ev, 0);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : ReplayResult{};
+  };
+  // Nine slots: each g_i and h_i once, and y twice, then kept: 14 recomputes. Without the
+  // keep (until 2026-11-27), y went again before every h_i but the first: 18.
+  ReplayResult r = run(9, 0);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.stats.recomputes, 14u);
+  EXPECT_EQ(r.stats.recompute_cycles, 1u);
+  // With the keep, no tensor is recomputed a third time: a limit of 2 does not stop it.
+  r = run(9, 2);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.stats.recomputes, 14u);
+  // Seven slots cannot hold the op's regeneration: past the limit, the op stops with an
+  // out-of-memory error naming it, the tensor and the count.
+  r = run(7, 2);
+  EXPECT_TRUE(r.out_of_memory);
+  EXPECT_NE(r.error.find("sum_all on f32[65536]"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("a recompute storm: f32[65536] (op relu) was recomputed 2 times"), std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("expected a larger --budget"), std::string::npos) << r.error;
+  std::remove(path.c_str());
+}
+
 TEST(TraceCutShort, WholeIterationsAreAllCounted) {
   auto trace = load_trace(write_trace("whole.jsonl", program(3, 0)));
   ASSERT_TRUE(trace.ok()) << trace.status();
@@ -462,6 +525,7 @@ TEST(TraceReplayCli, BadLimitsExitTwoBeforeAnyReplay) {
       {"--limit=disk", "mtc-replay: error: --limit: 'disk': expected budget, region, or both comma-separated"},
       {"--max_overhead=1", "mtc-replay: error: --max_overhead '1': expected a number above 1"},
       {"--max_overhead=lots", "mtc-replay: error: --max_overhead 'lots': expected a number above 1"},
+      {"--max_recomputes_per_op=-2", "mtc-replay: error: --max_recomputes_per_op -2: expected a count >= 0"},
   };
   for (const auto& c : cases) {
     const ToolRun r = run_replay("--trace=" + path + " --budget=none " + c.args, /*stderr_only=*/true);

@@ -148,6 +148,9 @@ TEST_F(MtcTrain, BadEvictionFlags) {
   expect_bad("--budget=30% --evict_policy=none", "with --evict_policy none");
   expect_bad("--evict_policy=fifo", "unknown eviction policy 'fifo'");
   expect_bad("--evict_mode=all", "unknown eviction mode 'all'");
+  expect_bad("--max_recomputes_per_op=-1", "--max_recomputes_per_op '-1'");
+  expect_bad("--max_recomputes_per_op=many", "--max_recomputes_per_op 'many'");
+  expect_bad("--max_recomputes_per_op=8 --evict_policy=none", "--max_recomputes_per_op with --evict_policy none");
 }
 TEST_F(MtcTrain, UnknownFlag) {
   expect_bad("--bogus=1", "unknown flag --bogus");

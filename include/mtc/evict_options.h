@@ -39,6 +39,11 @@ struct EvictOptions {
   // regeneration stops the op with an Aborted error (0: never). mtc-replay's cap
   // (--max_overhead), so that a recompute storm ends in seconds.
   double max_overhead_us = 0;
+  // max_recomputes_per_op: a tensor recomputed this many times while one op's inputs are
+  // made resident stops that op with a ResourceExhausted error naming it (a recompute
+  // storm: the budget is too small for the op's regeneration; 0: never). Note [Recompute
+  // cycles] in evict/engine.cc says how the value was chosen.
+  uint32_t max_recomputes_per_op = 16;
 };
 
 absl::StatusOr<EvictPolicy> parse_evict_policy(const std::string& name);  // "mtc", "dtr", ...

@@ -68,6 +68,8 @@ struct EvictStats {
   uint64_t evict_fragmented = 0; // of those two, made for a request that was within the
                                  // budget but found no free block large enough
   uint64_t recomputes = 0;       // op runs that regenerated dropped tensors
+  uint64_t recompute_cycles = 0; // tensors recomputed a second time for one op, then kept
+                                 // (Note [Recompute cycles], evict/engine.cc)
   double recompute_us = 0;       // time in those runs
   uint64_t swapped_out_bytes = 0, swapped_in_bytes = 0;
   double swap_us = 0;            // time copying to and from host memory
