@@ -614,7 +614,7 @@ int run(const Flags& f, Input input) {
     fail(kFailure, absl::StrCat("creating ", f.model, ": ", s.message()));
   }
   out("model: %s%s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(),
-      models::is_language_model(f.model) ? (" (" + f.gpt.describe() + ")").c_str() : "",
+      models::is_language_model(f.model) ? (" (" + models::describe_language_model(f.model, f.gpt) + ")").c_str() : "",
       static_cast<long long>(n_params), mib(n_params * sizeof(float)).c_str(), shape_str(model.sample_shape).c_str(),
       data->num_classes());
 

@@ -464,6 +464,11 @@ TEST_F(MtcTrainModels, TrainsTheRecurrentModelsAtAnyWidth) {
     const std::string out =
         train(absl::StrCat("--model=", model, " --hidden=30 --seq=8 --vocab=40 --batch=4 --iterations=2 --warmup=0"));
     EXPECT_NE(out.find(absl::StrCat("summary model=", model, " batch=4 iterations=2 ")), std::string::npos) << out;
+    // The model line names what the model uses: no heads, no head tying; no layers for
+    // the Tree-LSTM.
+    const std::string described = std::string(model) == "lstm" ? "model: lstm (2 layers, hidden 30, seq 8, vocab 40)"
+                                                               : "model: treelstm (hidden 30, seq 8, vocab 40)";
+    EXPECT_NE(out.find(described), std::string::npos) << out;
   }
 }
 

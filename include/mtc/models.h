@@ -380,6 +380,10 @@ std::vector<std::string> model_names();
 // is_language_model: whether model `name` takes i32 token ids (N, T) with next-token
 // labels (N, T) (data::SyntheticTokens) rather than images with one label each ("gpt").
 bool is_language_model(const std::string& name);
+// describe_language_model: what of `c` language model `name` uses: the GPT's whole
+// configuration, the LSTM's without heads and head tying, the Tree-LSTM's width, sequence
+// and vocabulary ("hidden 256, seq 64, vocab 256").
+std::string describe_language_model(const std::string& name, const GptConfig& c);
 // input_shape: the shape of one input sample of model `name` with these options, e.g.
 // [3, 32, 32] (for gpt [T], T token ids), checked as make_model checks them, without building anything (no runtime
 // needed): a tool sizes its data before it builds the model.

@@ -38,6 +38,12 @@ std::vector<std::string> model_names() {
 
 bool is_language_model(const std::string& name) { return name == "gpt" || name == "lstm" || name == "treelstm"; }
 
+std::string describe_language_model(const std::string& name, const GptConfig& c) {
+  if (name == "gpt") return c.describe();
+  const std::string rest = absl::StrCat("hidden ", c.hidden, ", seq ", c.seq, ", vocab ", c.vocab);
+  return name == "lstm" ? absl::StrCat(c.layers, " layers, ", rest) : rest;
+}
+
 namespace {
 
 // find: the table's entry of `name`, or InvalidArgument listing the names.
