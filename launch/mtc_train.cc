@@ -256,12 +256,16 @@ void read_gpt_flags(Flags& f) {
     }
   }
   if (f.model != "gpt") {
+    const char* expected = f.model == "treelstm" ? "--hidden, --seq and --vocab only" : "--layers, --hidden, --seq and --vocab only";
     for (const char* name : {"heads", "tied_head"}) {
       if (cli::given(name)) {
         fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model, ": it configures the GPT's ",
-                                     name == std::string("heads") ? "attention" : "head",
-                                     "; expected --layers, --hidden, --seq and --vocab only"));
+                                     name == std::string("heads") ? "attention" : "head", "; expected ", expected));
       }
+    }
+    if (f.model == "treelstm" && cli::given("layers")) {
+      fail(kBadValue, absl::StrCat("--layers with --model treelstm: the Tree-LSTM has one cell, applied at every "
+                                   "node of the tree; expected ", expected));
     }
   }
   f.gpt = value_or_exit(models::gpt_config(absl::GetFlag(FLAGS_gpt_config)), "--gpt_config: ");

@@ -453,7 +453,9 @@ TEST_F(MtcTrainModels, BadGptFlags) {
   expect_bad("--model=gpt --data=cifar10:/nonexistent", "--data: data 'cifar10:/nonexistent' for a language model");
   expect_bad("--model=vgg16 --image_size=40", "vgg16 image size 40: expected a multiple of 32");
   expect_bad("--model=lstm --heads=2", "--heads with --model lstm: it configures the GPT's attention");
-  expect_bad("--model=treelstm --tied_head=false", "--tied_head with --model treelstm: it configures the GPT's head");
+  expect_bad("--model=treelstm --tied_head=false",
+             "--tied_head with --model treelstm: it configures the GPT's head; expected --hidden, --seq and --vocab only");
+  expect_bad("--model=treelstm --layers=3", "--layers with --model treelstm: the Tree-LSTM has one cell");
   expect_bad("--model=lstm --image_size=32", "--image_size with --model lstm");
 }
 
