@@ -9,6 +9,7 @@
 #include <cstring>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <csignal>
 #include <cstdarg>
@@ -27,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "cli.h"
 #include "comm/communicator.h"
@@ -70,6 +72,13 @@ ABSL_FLAG(FlagText, momentum, {"0.9"}, "SGD momentum (>= 0); sgd only (adamw has
 ABSL_FLAG(FlagText, weight_decay, {"5e-4"}, "weight decay (>= 0); decoupled for adamw");
 ABSL_FLAG(FlagText, adam_eps, {"1e-8"}, "adamw's epsilon, added to the root of the second moment (> 0)");
 ABSL_FLAG(std::string, optimizer, "sgd", "optimizer: sgd|adamw");
+ABSL_FLAG(std::string, spos_path, "",
+          "--model spos: train (or evaluate) this one path, 20 choices in 0-3 comma-separated (0-2: ShuffleNetV2 "
+          "units with 3x3, 5x5, 7x7 depthwise kernels; 3: the Xception-like unit); default: a path drawn per "
+          "iteration");
+ABSL_FLAG(std::string, spos_flops, "",
+          "--model spos: draw only paths whose multiply-adds lie in MIN,MAX millions (the paper's FLOPs-range "
+          "sampler), e.g. 290,360 at --image_size 224; default: uniform over all paths");
 ABSL_FLAG(FlagText, seed, {"0"}, "seed of parameter initialisation, synthetic data and shuffling");
 ABSL_FLAG(std::string, device, "cpu", "device: cpu|cuda");
 ABSL_FLAG(std::string, data, "synthetic",
@@ -233,7 +242,43 @@ struct Flags {
   int fail_rank, fail_iteration;
   std::string fail_mode;
   models::GptConfig gpt;  // --model gpt
+  std::vector<int> spos_path;                  // --model spos: a fixed path, or empty
+  int64_t spos_min_flops = 0, spos_max_flops = 0;  // --spos_flops, in multiply-adds
 };
+
+// read_spos_flags: --spos_path and --spos_flops, with --model spos only, not together, and
+// on one rank: data parallel would all-reduce zeros for the units off the path, and
+// momentum and weight decay would then move them.
+void read_spos_flags(Flags& f) {
+  for (const char* name : {"spos_path", "spos_flops"}) {
+    if (f.model != "spos" && cli::given(name)) {
+      fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model, ": it chooses the SPOS supernet's path; "
+                                   "expected --model spos"));
+    }
+  }
+  if (f.model != "spos") return;
+  if (g_world.size > 1) {
+    fail(kBadValue, absl::StrCat("--model spos on ", g_world.size, " ranks: data parallel does not yet leave the "
+                                 "units off the path out of its all-reduce; expected one rank"));
+  }
+  if (cli::given("spos_path") && cli::given("spos_flops")) {
+    fail(kBadValue, "--spos_path with --spos_flops: a fixed path is not drawn; expected one of them");
+  }
+  if (const std::string text = absl::GetFlag(FLAGS_spos_path); !text.empty()) {
+    f.spos_path = value_or_exit(models::parse_spos_path(text), "--spos_path: ");
+  }
+  if (const std::string text = absl::GetFlag(FLAGS_spos_flops); !text.empty()) {
+    const std::vector<std::string> parts = absl::StrSplit(text, ',');
+    double lo = 0, hi = 0;
+    if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &lo) || !absl::SimpleAtod(parts[1], &hi) || !(lo >= 0) ||
+        !(hi > lo) || !std::isfinite(hi)) {
+      fail(kBadValue, absl::StrCat("--spos_flops '", text, "': expected MIN,MAX in millions of multiply-adds, "
+                                   "0 <= MIN < MAX (e.g. 290,360)"));
+    }
+    f.spos_min_flops = static_cast<int64_t>(lo * 1e6);
+    f.spos_max_flops = static_cast<int64_t>(hi * 1e6);
+  }
+}
 
 // read_gpt_flags: --gpt_config and the flags that override its fields; refused with any
 // model but the language models, as --image_size and --num_classes are with them; --heads
@@ -320,6 +365,7 @@ Flags read_flags() {
   f.log_every = value_or_exit(int_flag("log_every", absl::GetFlag(FLAGS_log_every), 1));
   f.warmup = value_or_exit(int_flag("warmup", absl::GetFlag(FLAGS_warmup), 0));
   read_gpt_flags(f);
+  read_spos_flags(f);
 
   RuntimeOptions& r = f.runtime;
   r.device = absl::GetFlag(FLAGS_device);
@@ -617,7 +663,26 @@ int run(const Flags& f, Input input) {
     }
     fail(kFailure, absl::StrCat("creating ", f.model, ": ", s.message()));
   }
-  out("model: %s%s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(),
+  // SPOS: a fixed path, or a sampler seeded alike on every rank; an empty FLOPs range is
+  // refused before training.
+  auto* spos = dynamic_cast<models::SposSupernet*>(model.net.get());
+  std::optional<models::SposSampler> spos_sampler;
+  std::string spos_what;
+  if (spos != nullptr) {
+    if (!f.spos_path.empty()) {
+      if (absl::Status s = spos->set_path(f.spos_path); !s.ok()) fail(kBadValue, std::string(s.message()));
+      spos_what = absl::StrCat(" (path fixed: ", absl::StrJoin(f.spos_path, ","), ")");
+    } else {
+      const uint64_t seed = f.seed * 0x9e3779b97f4a7c15ULL + 0x5b05;  // apart from the data's and the weights'
+      models::SposSampler probe(seed, spos, f.spos_min_flops, f.spos_max_flops);
+      if (absl::Status s = probe.next().status(); !s.ok()) fail(kBadValue, absl::StrCat("--spos_flops: ", s.message()));
+      spos_sampler.emplace(seed, spos, f.spos_min_flops, f.spos_max_flops);
+      spos_what = f.spos_max_flops > 0 ? absl::StrFormat(" (a path per iteration, uniform within %.1f-%.1fM multiply-adds)",
+                                                         f.spos_min_flops * 1e-6, f.spos_max_flops * 1e-6)
+                                       : " (a path per iteration, uniform)";
+    }
+  }
+  out("model: %s%s%s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(), spos_what.c_str(),
       models::is_language_model(f.model) ? (" (" + models::describe_language_model(f.model, f.gpt) + ")").c_str() : "",
       static_cast<long long>(n_params), mib(n_params * sizeof(float)).c_str(), shape_str(model.sample_shape).c_str(),
       data->num_classes());
@@ -823,6 +888,11 @@ int run(const Flags& f, Input input) {
     inject_failure(f, it);
     g_pending_trace.clear();  // training has started: a failure from here leaves FILE.partial
     rt.interpreter().mark("iteration", it);
+    if (spos_sampler) {
+      absl::StatusOr<std::vector<int>> p = spos_sampler->next();
+      if (!p.ok()) iteration_failed(it, p.status());
+      if (absl::Status s = spos->set_path(*p); !s.ok()) iteration_failed(it, s);
+    }
     absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, device_batch(host), dpp(), group ? &hooks : nullptr);
     if (!loss.ok()) iteration_failed(it, loss.status());
     // The loss of the global batch: the mean of the ranks' means (equal shares); under
@@ -879,6 +949,7 @@ int run(const Flags& f, Input input) {
                     (e.search_us - ev_window.search_us) / n * 1e-3);
         ev_window = e;
       }
+      if (spos != nullptr) out(" | path %s", absl::StrJoin(spos->path(), ",").c_str());  // the last iteration's
       out("\n");
       std::fflush(stdout);
       window = 0;

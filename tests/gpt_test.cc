@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -472,6 +473,32 @@ TEST_F(MtcTrainModels, TrainsTheRecurrentModelsAtAnyWidth) {
                                                                : "model: treelstm (hidden 30, seq 8, vocab 40)";
     EXPECT_NE(out.find(described), std::string::npos) << out;
   }
+}
+
+// SPOS: a path drawn per iteration (shown on every progress line), or one fixed path.
+TEST_F(MtcTrainModels, TrainsTheSposSupernetAPathPerIteration) {
+  std::string out = train("--model=spos --batch=4 --iterations=4 --warmup=0 --log_every=1");
+  EXPECT_NE(out.find("model: spos (a path per iteration, uniform), 7374416 parameters"), std::string::npos) << out;
+  std::set<std::string> paths;  // what ends each progress line: " | path 0,3,1,..."
+  for (size_t at = out.find(" | path "); at != std::string::npos; at = out.find(" | path ", at + 1)) {
+    paths.insert(out.substr(at + 8, out.find('\n', at) - at - 8));
+  }
+  EXPECT_EQ(paths.size(), 4u) << out;  // 4^20 paths: four draws differ
+  const std::string fixed = "3,0,1,2,2,1,0,3,3,2,1,0,0,1,2,3,1,1,2,0";
+  out = train("--model=spos --batch=4 --iterations=2 --warmup=0 --log_every=1 --spos_path=" + fixed);
+  EXPECT_NE(out.find("model: spos (path fixed: " + fixed + ")"), std::string::npos) << out;
+  EXPECT_NE(out.find("iter 2 loss"), std::string::npos) << out;
+  EXPECT_NE(out.find(" | path " + fixed + "\n"), std::string::npos) << out;
+}
+
+TEST_F(MtcTrainModels, BadSposFlags) {
+  expect_bad("--model=resnet20 --spos_path=0", "--spos_path with --model resnet20: it chooses the SPOS supernet's path");
+  expect_bad("--model=spos --spos_path=0,1", "--spos_path: SPOS path '0,1' has 2 choices: expected 20");
+  expect_bad("--model=spos --spos_flops=5", "--spos_flops '5': expected MIN,MAX in millions of multiply-adds");
+  expect_bad("--model=spos --spos_flops=360,290", "--spos_flops '360,290': expected MIN,MAX");
+  expect_bad("--model=spos --spos_flops=400,500 --image_size=224 --batch=2", "--spos_flops: no SPOS path in 10000");
+  expect_bad("--model=spos --spos_flops=1,2 --spos_path=0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0",
+             "--spos_path with --spos_flops");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // timm for the ViT, and nanoGPT's for the GPT ("wte", "blocks.0.attn.q.weight", "ln_f.bias").
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <span>
@@ -355,6 +356,78 @@ class TreeLstm final : public nn::Module {
     int64_t begin, split, end;
   };
   static std::vector<Node> tree_of(std::span<const int32_t> tokens);
+};
+
+// ---- SPOS: a NAS supernet, one path per iteration ----
+// SposSupernet (Guo et al., "Single Path One-Shot Neural Architecture Search with Uniform
+// Sampling", ECCV 2020; the official ShuffleNetV2 search space and layer names): a first
+// conv3x3/2 (3 -> 16), BN, ReLU; 20 choice blocks in stages of 4, 4, 8 and 4 with 64, 160,
+// 320 and 640 output channels, the first block of each stage of stride 2; each block holds
+// four units, of which a path runs one: ShuffleNetV2 units with 3x3, 5x5 and 7x7
+// depthwise kernels (choices 0-2) and the Xception-like unit (choice 3); then conv1x1 to
+// 1024, BN, ReLU, global average pool, dropout 0.1 and Linear(1024, classes) without bias.
+// Every batch norm is without affine parameters (the supernet's). forward() runs the
+// blocks of path(); units off the path get no gradient, so the optimizer leaves them (and
+// their state) alone.
+inline constexpr int kSposBlocks = 20, kSposChoices = 4;
+class SposSupernet final : public nn::Module {
+ public:
+  SposSupernet(int num_classes, int image_size);
+  Tensor forward(const Tensor& x) override;  // (N, 3, H, W) -> (N, num_classes)
+  std::string type_name() const override { return "SposSupernet"; }
+  // set_path: the choice of every block for the forwards that follow; InvalidArgument
+  // (check_spos_path) otherwise, leaving the path as it was.
+  absl::Status set_path(std::span<const int> path);
+  std::span<const int> path() const { return path_; }
+  // flops: multiply-adds of the convolutions and the classifier of the subnet `path` at
+  // this supernet's image size (the measure of the paper's FLOPs-range sampler).
+  int64_t flops(std::span<const int> path) const;
+  // The modules a stand-alone subnet shares (SposSubnet).
+  std::shared_ptr<nn::Sequential> first_conv() const { return first_conv_; }
+  std::shared_ptr<nn::Module> choice(int block, int c) const { return choices_[block][c]; }
+  std::shared_ptr<nn::Sequential> conv_last() const { return conv_last_; }
+  std::shared_ptr<nn::Linear> classifier() const { return classifier_; }
+
+ private:
+  Tensor head(const Tensor& features);
+  int image_size_;
+  std::array<int, kSposBlocks> path_;
+  std::shared_ptr<nn::Sequential> first_conv_, conv_last_;
+  std::array<std::array<std::shared_ptr<nn::Module>, kSposChoices>, kSposBlocks> choices_;
+  std::shared_ptr<nn::Linear> classifier_;
+};
+// SposSubnet: the stand-alone network of one path: the supernet's first conv, the units
+// of the path in sequence, its last conv and classifier, the same modules (so the same
+// weights). It computes what the supernet computes with that path set.
+class SposSubnet final : public nn::Module {
+ public:
+  SposSubnet(const SposSupernet& super, std::span<const int> path);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "SposSubnet"; }
+
+ private:
+  std::shared_ptr<nn::Sequential> first_conv_, features_, conv_last_;
+  std::shared_ptr<nn::Linear> classifier_;
+};
+// check_spos_path: 20 choices, each in 0-3; InvalidArgument naming the path, the block
+// and what was expected otherwise. parse_spos_path: "0,3,1,..." checked so.
+absl::Status check_spos_path(std::span<const int> path);
+absl::StatusOr<std::vector<int>> parse_spos_path(const std::string& text);
+// SposSampler: one path per next(), drawn from a generator seeded by `seed` (the same on
+// every rank, so every rank runs the same path): each block's choice uniform in 0-3, or,
+// given a supernet and a FLOPs range, uniform among the paths whose flops() lie in
+// [min_flops, max_flops] (0: no bound), by rejection as the paper's sampler; no path in
+// range within 10,000 draws is InvalidArgument.
+class SposSampler {
+ public:
+  explicit SposSampler(uint64_t seed, const SposSupernet* net = nullptr, int64_t min_flops = 0, int64_t max_flops = 0);
+  absl::StatusOr<std::vector<int>> next();
+
+ private:
+  static constexpr int kMaxAttempts = 10000;
+  data::Rng rng_;
+  const SposSupernet* net_;
+  int64_t min_flops_, max_flops_;
 };
 
 struct ModelOptions {

@@ -136,10 +136,12 @@ class Conv2d final : public Module {
 };
 
 // BatchNorm2d: gamma 1, beta 0 (parameters); running_mean 0, running_var 1 (buffers,
-// updated in place by the batch_norm op in training).
+// updated in place by the batch_norm op in training). affine = false (PyTorch's
+// affine=False): gamma and beta stay 1 and 0, held as constants that are neither
+// parameters nor buffers.
 class BatchNorm2d final : public Module {
  public:
-  explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
+  explicit BatchNorm2d(int64_t channels, float eps = 1e-5f, float momentum = 0.1f, bool affine = true);
   Tensor forward(const Tensor& x) override;  // x (N, C, H, W)
   std::string type_name() const override { return "BatchNorm2d"; }
   float eps, momentum;

@@ -12,10 +12,11 @@ struct Entry {
   int cifar_n;  // > 0: CifarResNet with this n; 0: ResNet-50; -1: MLP; -2: VisionTransformer (vit_tiny);
                 // -3: VGG-16 (Vgg with kVgg16); -4: the GPT language model (Gpt, ModelOptions::gpt);
                 // -5, -6: DenseNet-121 (ImageNet, CIFAR stem); -7, -8: GoogLeNet (ImageNet, CIFAR); -9: UNet;
-                // -10: the LSTM language model (LstmLm, ModelOptions::gpt); -11: TreeLstm (the same)
+                // -10: the LSTM language model (LstmLm, ModelOptions::gpt); -11: TreeLstm (the same);
+                // -12: the SPOS supernet (SposSupernet)
 };
 constexpr int kVgg16Kind = -3, kGptKind = -4, kDenseNet = -5, kDenseNetCifar = -6, kGoogLeNet = -7,
-              kGoogLeNetCifar = -8, kUNet = -9, kLstmKind = -10, kTreeLstmKind = -11;
+              kGoogLeNetCifar = -8, kUNet = -9, kLstmKind = -10, kTreeLstmKind = -11, kSpos = -12;
 constexpr int64_t kUNetWidth = 32;  // the common PyTorch port's 64 halved, for CIFAR-sized inputs
 // imagenet_layout: kinds whose stem downsamples by 4 before the body, sized 224 by default.
 constexpr bool imagenet_layout(int kind) { return kind == 0 || kind == kDenseNet || kind == kGoogLeNet; }
@@ -25,7 +26,7 @@ constexpr Entry kModels[] = {
     {"vit_tiny", -2},  {"vgg16", kVgg16Kind}, {"gpt", kGptKind},
     {"densenet121", kDenseNet}, {"densenet121_cifar", kDenseNetCifar},
     {"googlenet", kGoogLeNet},  {"googlenet_cifar", kGoogLeNetCifar}, {"unet", kUNet},
-    {"lstm", kLstmKind}, {"treelstm", kTreeLstmKind},
+    {"lstm", kLstmKind}, {"treelstm", kTreeLstmKind}, {"spos", kSpos},
 };
 
 }  // namespace
@@ -127,6 +128,8 @@ absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o)
         DenseNetConfig{.imagenet_stem = entry.cifar_n == kDenseNet, .num_classes = o.num_classes});
   } else if (entry.cifar_n == kGoogLeNet || entry.cifar_n == kGoogLeNetCifar) {
     m.net = std::make_shared<GoogLeNet>(entry.cifar_n == kGoogLeNet, o.num_classes);
+  } else if (entry.cifar_n == kSpos) {
+    m.net = std::make_shared<SposSupernet>(o.num_classes, size);
   } else if (entry.cifar_n == kUNet) {
     m.net = std::make_shared<UNet>(kUNetWidth, o.num_classes);
   } else if (entry.cifar_n == -2) {

@@ -37,10 +37,15 @@ Tensor Conv2d::forward(const Tensor& x) {
                 Conv2dOptions::make(config.stride, config.padding, config.dilation, config.groups));
 }
 
-BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum) : eps(eps), momentum(momentum) {
+BatchNorm2d::BatchNorm2d(int64_t channels, float eps, float momentum, bool affine) : eps(eps), momentum(momentum) {
   MTC_CHECK(channels > 0, "BatchNorm2d(", channels, ")");
-  weight = register_parameter("weight", constant_parameter({channels}, 1.f));
-  bias = register_parameter("bias", constant_parameter({channels}, 0.f));
+  if (affine) {
+    weight = register_parameter("weight", constant_parameter({channels}, 1.f));
+    bias = register_parameter("bias", constant_parameter({channels}, 0.f));
+  } else {
+    weight = constant_buffer({channels}, 1.f);
+    bias = constant_buffer({channels}, 0.f);
+  }
   running_mean = register_buffer("running_mean", constant_buffer({channels}, 0.f));
   running_var = register_buffer("running_var", constant_buffer({channels}, 1.f));
 }
