@@ -133,6 +133,7 @@ void Tma::end_iteration() {
   const bool past_warmup = stats_.iterations > static_cast<uint64_t>(opts_.warmup_iterations);
   Entry& e = cache_[signature];
   ++e.seen;
+  e.last_seen = stats_.iterations;
   if (past_warmup) {
     ++stats_.cache_lookups;
     if (e.plan) ++stats_.cache_hits;
@@ -183,8 +184,40 @@ void Tma::make_plan(uint64_t signature, const std::vector<Request>& trace) {
   }
   for (size_t k = 0; k < trace.size(); ++k) plan->by_key[trace[k].key].push_back(offsets[k]);
   ++stats_.plans;
+  stats_.cache_bytes += plan_bytes(*plan);
   cache_[signature].plan = plan;
   plans_.push_back(std::move(plan));
+  evict_plans(signature);
+  stats_.plans_cached = plans_.size();
+}
+
+// plan_bytes: the host bytes a plan holds: its prefix hashes, and per key its offsets
+// and the table's slot (key, vector).
+size_t Tma::plan_bytes(const Plan& p) {
+  size_t b = sizeof(Plan) + p.prefix.capacity() * sizeof(uint64_t);
+  for (const auto& [key, offsets] : p.by_key) b += sizeof(key) + sizeof(offsets) + offsets.capacity() * sizeof(int64_t);
+  return b;
+}
+
+// evict_plans: past max_plans, the plan whose signature was seen longest ago goes (never
+// `keep`'s, just made). Its entry keeps its sightings, so it is planned again the next
+// time it ends an iteration. Eviction runs at an iteration's end, before the next one
+// chooses its plan, so no active plan goes.
+void Tma::evict_plans(uint64_t keep) {
+  while (plans_.size() > std::max<size_t>(opts_.max_plans, 1)) {
+    auto victim = cache_.end();
+    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+      if (!it->second.plan || it->first == keep) continue;
+      if (victim == cache_.end() || it->second.last_seen < victim->second.last_seen) victim = it;
+    }
+    if (victim == cache_.end()) return;
+    const Plan* p = victim->second.plan.get();
+    stats_.cache_bytes -= plan_bytes(*p);
+    plans_.erase(std::remove_if(plans_.begin(), plans_.end(), [&](const auto& q) { return q.get() == p; }),
+                 plans_.end());
+    victim->second.plan.reset();
+    ++stats_.plans_evicted;
+  }
 }
 
 }  // namespace mtc::alloc

@@ -10,7 +10,9 @@
 //  - Planning: at the end of an iteration past the warm-up, a signature seen at least
 //    twice (so a one-off shape is never planned) and not yet planned is planned from
 //    that iteration's trace with alloc::plan() and cached. The static model's one
-//    signature is planned at the end of the warm-up.
+//    signature is planned at the end of the warm-up. Past max_plans plans, the plan
+//    whose signature ended an iteration longest ago is evicted; its sightings stay, so it
+//    is planned again the next time it ends one.
 //  - Applying: in every later iteration a request is offered the planned offset (plan
 //    base + offset) of the active plan's request with the same op key and size and the
 //    same occurrence of that key in the iteration (in a static iteration, the k-th
@@ -55,6 +57,9 @@ inline bool is_regeneration(uint64_t op_key) { return (op_key & 3) != 0; }
 struct TmaOptions {
   int warmup_iterations = 5;     // iterations traced before the first plan
   double plan_time_limit_sec = 1.0;
+  // max_plans: plans kept; a new plan past it evicts the one whose signature was seen
+  // longest ago (its sightings are kept, so it is planned again on its next one).
+  size_t max_plans = 32;
 };
 
 struct TmaStats {
@@ -68,6 +73,9 @@ struct TmaStats {
   uint64_t cache_lookups = 0;      // iterations past the warm-up
   double plan_sec = 0;             // time in the planner
   size_t last_plan_peak = 0, last_plan_lower_bound = 0;
+  uint64_t plans_evicted = 0;      // plans dropped for max_plans (least recently seen first)
+  size_t plans_cached = 0;         // plans held now
+  size_t cache_bytes = 0;          // host memory the plans hold now (their offset tables)
   double hit_rate() const {
     return hits + misses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(hits + misses);
   }
@@ -129,8 +137,11 @@ class Tma {
   // per signature: how often seen, its plan once made
   struct Entry {
     int seen = 0;
+    uint64_t last_seen = 0;  // the iteration (stats_.iterations) that last ended with it
     std::shared_ptr<Plan> plan;
   };
+  void evict_plans(uint64_t keep);  // down to max_plans, least recently seen first
+  static size_t plan_bytes(const Plan& p);
   absl::flat_hash_map<uint64_t, Entry> cache_;
   std::vector<std::shared_ptr<Plan>> plans_;       // every plan made, most recent last
   const Plan* active_ = nullptr;                   // the plan applied this iteration

@@ -79,6 +79,9 @@ ABSL_FLAG(std::string, spos_path, "",
 ABSL_FLAG(std::string, spos_flops, "",
           "--model spos: draw only paths whose multiply-adds lie in MIN,MAX millions (the paper's FLOPs-range "
           "sampler), e.g. 290,360 at --image_size 224; default: uniform over all paths");
+ABSL_FLAG(FlagText, spos_pool, {"0"},
+          "--model spos: draw this many paths once, then each iteration one of them, uniformly (recurring paths, "
+          "whose TMA plans recur too); 0: a fresh path every iteration");
 ABSL_FLAG(FlagText, seed, {"0"}, "seed of parameter initialisation, synthetic data and shuffling");
 ABSL_FLAG(std::string, device, "cpu", "device: cpu|cuda");
 ABSL_FLAG(std::string, data, "synthetic",
@@ -111,6 +114,8 @@ ABSL_FLAG(bool, tma, false,
           "TMA: trace the first --tma_warmup iterations, then place transient tensors at planned offsets");
 ABSL_FLAG(FlagText, tma_warmup, {"5"}, "TMA: iterations traced before the first plan (>= 1)");
 ABSL_FLAG(FlagText, tma_time_limit, {"1"}, "TMA: seconds the planner may take per iteration shape (> 0)");
+ABSL_FLAG(FlagText, tma_max_plans, {"32"},
+          "TMA: plans kept, one per recurring iteration shape; past it the least recently seen is dropped (>= 1)");
 ABSL_FLAG(bool, sync, false,
           "run the interpreter synchronously (each op on the calling thread; for debugging)");
 ABSL_FLAG(std::string, comm_backend, "auto",
@@ -244,13 +249,14 @@ struct Flags {
   models::GptConfig gpt;  // --model gpt
   std::vector<int> spos_path;                  // --model spos: a fixed path, or empty
   int64_t spos_min_flops = 0, spos_max_flops = 0;  // --spos_flops, in multiply-adds
+  int spos_pool = 0;                               // --spos_pool: recurring paths (0: none)
 };
 
 // read_spos_flags: --spos_path and --spos_flops, with --model spos only, not together, and
 // on one rank: data parallel would all-reduce zeros for the units off the path, and
 // momentum and weight decay would then move them.
 void read_spos_flags(Flags& f) {
-  for (const char* name : {"spos_path", "spos_flops"}) {
+  for (const char* name : {"spos_path", "spos_flops", "spos_pool"}) {
     if (f.model != "spos" && cli::given(name)) {
       fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model, ": it chooses the SPOS supernet's path; "
                                    "expected --model spos"));
@@ -261,9 +267,12 @@ void read_spos_flags(Flags& f) {
     fail(kBadValue, absl::StrCat("--model spos on ", g_world.size, " ranks: data parallel does not yet leave the "
                                  "units off the path out of its all-reduce; expected one rank"));
   }
-  if (cli::given("spos_path") && cli::given("spos_flops")) {
-    fail(kBadValue, "--spos_path with --spos_flops: a fixed path is not drawn; expected one of them");
+  for (const char* name : {"spos_flops", "spos_pool"}) {
+    if (cli::given("spos_path") && cli::given(name)) {
+      fail(kBadValue, absl::StrCat("--spos_path with --", name, ": a fixed path is not drawn; expected one of them"));
+    }
   }
+  f.spos_pool = static_cast<int>(value_or_exit(int_flag("spos_pool", absl::GetFlag(FLAGS_spos_pool), 0, 1 << 20)));
   if (const std::string text = absl::GetFlag(FLAGS_spos_path); !text.empty()) {
     f.spos_path = value_or_exit(models::parse_spos_path(text), "--spos_path: ");
   }
@@ -409,7 +418,8 @@ Flags read_flags() {
                                  "': expected a number of seconds > 0"));
   }
   // Settings that only matter with another flag: refused without it, not ignored.
-  for (const char* name : {"tma_warmup", "tma_time_limit"}) {
+  r.tma.max_plans = static_cast<int>(value_or_exit(int_flag("tma_max_plans", absl::GetFlag(FLAGS_tma_max_plans), 1)));
+  for (const char* name : {"tma_warmup", "tma_time_limit", "tma_max_plans"}) {
     if (!r.tma.enabled && cli::given(name)) {
       fail(kBadValue, absl::StrCat("--", name, " without --tma: it sets TMA, which is off; expected --tma too"));
     }
@@ -667,6 +677,8 @@ int run(const Flags& f, Input input) {
   // refused before training.
   auto* spos = dynamic_cast<models::SposSupernet*>(model.net.get());
   std::optional<models::SposSampler> spos_sampler;
+  std::vector<std::vector<int>> spos_pool;  // --spos_pool's paths, drawn once
+  std::optional<data::Rng> spos_pick;       // which of them each iteration runs
   std::string spos_what;
   if (spos != nullptr) {
     if (!f.spos_path.empty()) {
@@ -680,6 +692,12 @@ int run(const Flags& f, Input input) {
       spos_what = f.spos_max_flops > 0 ? absl::StrFormat(" (a path per iteration, uniform within %.1f-%.1fM multiply-adds)",
                                                          f.spos_min_flops * 1e-6, f.spos_max_flops * 1e-6)
                                        : " (a path per iteration, uniform)";
+      if (f.spos_pool > 0) {
+        for (int i = 0; i < f.spos_pool; ++i) spos_pool.push_back(value_or_exit(spos_sampler->next(), "--spos_pool: "));
+        spos_pick.emplace(seed + 1);
+        spos_what = absl::StrCat(" (a path per iteration, uniform among ", f.spos_pool, " drawn",
+                                 f.spos_max_flops > 0 ? spos_what.substr(spos_what.find(" within")) : std::string(")"));
+      }
     }
   }
   out("model: %s%s%s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(), spos_what.c_str(),
@@ -888,7 +906,11 @@ int run(const Flags& f, Input input) {
     inject_failure(f, it);
     g_pending_trace.clear();  // training has started: a failure from here leaves FILE.partial
     rt.interpreter().mark("iteration", it);
-    if (spos_sampler) {
+    if (spos_pick) {
+      if (absl::Status s = spos->set_path(spos_pool[spos_pick->below(static_cast<uint32_t>(spos_pool.size()))]); !s.ok()) {
+        iteration_failed(it, s);
+      }
+    } else if (spos_sampler) {
       absl::StatusOr<std::vector<int>> p = spos_sampler->next();
       if (!p.ok()) iteration_failed(it, p.status());
       if (absl::Status s = spos->set_path(*p); !s.ok()) iteration_failed(it, s);
@@ -1024,7 +1046,7 @@ int run(const Flags& f, Input input) {
       "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f high_water_compute_bytes=%zu tma_hits=%llu "
       "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu ranks=%d peak_comm_bytes=%zu "
       "dp_buckets=%d dp_comm_sec=%.4f dp_exposed_sec=%.4f dp_hidden_share=%.3f compactions=%llu moved_bytes=%llu "
-      "move_sec=%.4f\n",
+      "move_sec=%.4f tma_plans_cached=%zu tma_plans_evicted=%llu tma_cache_bytes=%zu\n",
       f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(),
       f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
@@ -1043,7 +1065,8 @@ int run(const Flags& f, Input input) {
       mem->comm.peak_allocated, dp_end.buckets, dp_comm, dp_exposed, dp_hidden,
       static_cast<unsigned long long>(ev_end.compactions - ev_start.compactions),
       static_cast<unsigned long long>(ev_end.moved_bytes - ev_start.moved_bytes),
-      (ev_end.move_us - ev_start.move_us) * 1e-6);
+      (ev_end.move_us - ev_start.move_us) * 1e-6, tma_end.plans_cached,
+      static_cast<unsigned long long>(tma_end.plans_evicted), tma_end.cache_bytes);
   std::fflush(stdout);
   if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
   if (!f.runtime.trace_path.empty()) out("trace: %s\n", f.runtime.trace_path.c_str());

@@ -59,7 +59,8 @@ Executor::Executor(Device& device, ExecutorOptions o)
       simulate_(o.simulate),
       tma_(o.tma.enabled ? std::make_unique<alloc::Tma>(alloc::TmaOptions{
                                .warmup_iterations = o.tma.warmup_iterations,
-                               .plan_time_limit_sec = o.tma.plan_time_limit_sec})
+                               .plan_time_limit_sec = o.tma.plan_time_limit_sec,
+                               .max_plans = static_cast<size_t>(o.tma.max_plans)})
                          : nullptr),
       engine_(*this, evict::EngineOptions{.evict = o.evict,
                                           .simulate = o.simulate,

@@ -477,18 +477,25 @@ TEST_F(MtcTrainModels, TrainsTheRecurrentModelsAtAnyWidth) {
 
 // SPOS: a path drawn per iteration (shown on every progress line), or one fixed path.
 TEST_F(MtcTrainModels, TrainsTheSposSupernetAPathPerIteration) {
+  auto paths_of = [](const std::string& out) {  // what ends each progress line: " | path 0,3,1,..."
+    std::set<std::string> paths;
+    for (size_t at = out.find(" | path "); at != std::string::npos; at = out.find(" | path ", at + 1)) {
+      paths.insert(out.substr(at + 8, out.find('\n', at) - at - 8));
+    }
+    return paths;
+  };
   std::string out = train("--model=spos --batch=4 --iterations=4 --warmup=0 --log_every=1");
   EXPECT_NE(out.find("model: spos (a path per iteration, uniform), 7374416 parameters"), std::string::npos) << out;
-  std::set<std::string> paths;  // what ends each progress line: " | path 0,3,1,..."
-  for (size_t at = out.find(" | path "); at != std::string::npos; at = out.find(" | path ", at + 1)) {
-    paths.insert(out.substr(at + 8, out.find('\n', at) - at - 8));
-  }
-  EXPECT_EQ(paths.size(), 4u) << out;  // 4^20 paths: four draws differ
+  EXPECT_EQ(paths_of(out).size(), 4u) << out;  // 4^20 paths: four draws differ
   const std::string fixed = "3,0,1,2,2,1,0,3,3,2,1,0,0,1,2,3,1,1,2,0";
   out = train("--model=spos --batch=4 --iterations=2 --warmup=0 --log_every=1 --spos_path=" + fixed);
   EXPECT_NE(out.find("model: spos (path fixed: " + fixed + ")"), std::string::npos) << out;
   EXPECT_NE(out.find("iter 2 loss"), std::string::npos) << out;
   EXPECT_NE(out.find(" | path " + fixed + "\n"), std::string::npos) << out;
+  // A pool of 2: eight iterations run only those two paths.
+  out = train("--model=spos --batch=4 --iterations=8 --warmup=0 --log_every=1 --spos_pool=2");
+  EXPECT_NE(out.find("model: spos (a path per iteration, uniform among 2 drawn)"), std::string::npos) << out;
+  EXPECT_EQ(paths_of(out).size(), 2u) << out;
 }
 
 TEST_F(MtcTrainModels, BadSposFlags) {
@@ -499,6 +506,10 @@ TEST_F(MtcTrainModels, BadSposFlags) {
   expect_bad("--model=spos --spos_flops=400,500 --image_size=224 --batch=2", "--spos_flops: no SPOS path in 10000");
   expect_bad("--model=spos --spos_flops=1,2 --spos_path=0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0",
              "--spos_path with --spos_flops");
+  expect_bad("--model=spos --spos_pool=2 --spos_path=0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0",
+             "--spos_path with --spos_pool");
+  expect_bad("--model=spos --spos_pool=-1", "--spos_pool '-1'");
+  expect_bad("--model=resnet20 --spos_pool=8", "--spos_pool with --model resnet20");
 }
 
 }  // namespace

@@ -170,5 +170,40 @@ TEST(Tma, PlanCacheServesIterationsWhoseBranchIsRandom) {
   EXPECT_GT(s.hit_rate(), 0.85);
 }
 
+// The plan cache holds at most max_plans plans; a new one past it evicts the plan whose
+// shape was seen longest ago, which is planned again the next time it ends an iteration.
+TEST(Tma, PlanCacheEvictsTheLeastRecentlySeenPlan) {
+  Driver d(size_t{256} << 20, TmaOptions{.warmup_iterations = 1, .max_plans = 2});
+  const std::vector<Event> a = layered({2 << 20, 1 << 20, 3 << 20});
+  const std::vector<Event> b = layered({2 << 20, 4 << 20, 1 << 20, 1 << 20});
+  const std::vector<Event> c = layered({2 << 20, 2 << 20});
+  const TmaStats& s = d.tma().stats();
+  // An iteration's end is seen at the next one's start. a and b are planned at their
+  // second ends.
+  for (const auto* it : {&a, &b, &a, &b, &b}) d.run_iteration(*it);
+  EXPECT_EQ(s.plans, 2u);
+  EXPECT_EQ(s.plans_cached, 2u);
+  const size_t two_plans = s.cache_bytes;
+  EXPECT_GT(two_plans, 0u);
+  // c ends twice and is planned: past max_plans, a (last seen at the 3rd end, b at the
+  // 5th) goes.
+  for (const auto* it : {&c, &c, &b}) d.run_iteration(*it);
+  EXPECT_EQ(s.plans, 3u);
+  EXPECT_EQ(s.plans_evicted, 1u);
+  EXPECT_EQ(s.plans_cached, 2u);
+  // a kept its sightings: its next end plans it again, and c (last seen at the 7th end,
+  // b at the 8th) goes.
+  const uint64_t cache_hits = s.cache_hits;
+  d.run_iteration(a);  // ends b, which has its plan: a cache hit
+  EXPECT_EQ(s.cache_hits, cache_hits + 1);
+  d.run_iteration(b);  // ends a, which has none
+  EXPECT_EQ(s.cache_hits, cache_hits + 1);
+  EXPECT_EQ(s.plans, 4u);
+  EXPECT_EQ(s.plans_evicted, 2u);
+  EXPECT_EQ(s.plans_cached, 2u);
+  EXPECT_GT(s.cache_bytes, 0u);
+  EXPECT_LE(s.cache_bytes, 2 * two_plans);
+}
+
 }  // namespace
 }  // namespace mtc::alloc

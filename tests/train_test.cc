@@ -234,6 +234,8 @@ TEST_F(MtcTrain, FlagsTheRunWouldIgnore) {
   expect_bad("--model=vit_tiny --image_size=30", "multiple of the patch size 4");
   expect_bad("--model=resnet50 --image_size=16", "expected >= 32");
   expect_bad("--tma_warmup=3", "--tma_warmup without --tma");
+  expect_bad("--tma_max_plans=8", "--tma_max_plans without --tma");
+  expect_bad("--tma --tma_max_plans=0", "--tma_max_plans '0'");
   expect_bad("--evict_policy=none --evict_mode=drop", "--evict_mode with --evict_policy none");
 }
 

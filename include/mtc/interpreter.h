@@ -39,6 +39,7 @@ struct TmaConfig {
   bool enabled = false;
   int warmup_iterations = 5;         // iterations traced before the first plan
   double plan_time_limit_sec = 1.0;  // the planner's limit per signature
+  int max_plans = 32;                // plans kept; past it the least recently seen goes
 };
 
 // TmaFigures: what TMA has done since the interpreter started.
@@ -49,6 +50,9 @@ struct TmaFigures {
   uint64_t cache_hits = 0, cache_lookups = 0;  // iterations after the warm-up
   double plan_sec = 0;
   size_t last_plan_peak = 0, last_plan_lower_bound = 0;
+  uint64_t plans_evicted = 0;  // for TmaConfig::max_plans, least recently seen first
+  size_t plans_cached = 0;     // plans held now
+  size_t cache_bytes = 0;      // host memory they hold now
 };
 
 struct InterpreterOptions {
