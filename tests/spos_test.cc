@@ -1,7 +1,7 @@
 // The SPOS supernet (src/models/spos.cc): its parameters and FLOPs against the official
 // supernet rebuilt in PyTorch, paths checked and parsed, one path's training equal to the
 // stand-alone subnet's, units off every drawn path untouched (values and optimizer state),
-// and the sampler's FLOPs range.
+// training under a DTE budget and TMA bit for bit, and the sampler's FLOPs range.
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -193,6 +193,74 @@ TEST(SposSupernet, LossFallsOverFiftyIterationsOfEightRecurringPaths) {
   for (int i = 45; i < 50; ++i) tail += l[i] / 5;
   std::printf("  first loss %.4f, mean of the last five %.4f\n", l[0], tail);
   EXPECT_LT(tail, 0.7f * l[0]);
+}
+
+// SpoRun: losses, final weights and figures of 8 SGD iterations of the supernet at 64x64
+// (batch 64, where activations outweigh the 28 MiB of parameters; one of two recurring
+// paths per iteration) under `ev` and `tma`.
+struct SpoRun {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> weights;
+  size_t peak = 0;
+  EvictStats evict;
+  TmaFigures tma;
+};
+SpoRun train_under(const EvictOptions& ev, bool tma) {
+  RuntimeOptions o;
+  o.memory_bytes = size_t{1} << 30;
+  o.num_threads = 2;
+  o.seed = 5;
+  o.evict = ev;
+  o.tma.enabled = tma;
+  o.tma.warmup_iterations = 3;
+  SpoRun run;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status();
+  if (!rt.ok()) return run;
+  models::SposSupernet net(10, 64);
+  auto opt = optim::Sgd::create(net.parameters(), {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f});
+  EXPECT_TRUE(opt.ok()) << opt.status();
+  data::SyntheticData src({3, 64, 64}, 10, 2);
+  models::SposSampler sampler(4);
+  const std::vector<int> paths[2] = {*sampler.next(), *sampler.next()};
+  for (int it = 0; it < 8; ++it) {
+    (*rt)->interpreter().mark("iteration", it + 1);
+    EXPECT_TRUE(net.set_path(paths[(it / 2) % 2]).ok());
+    auto loss = models::train_step(net, **opt, data::to_device(src.batch_at(it % 2, 64)));
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    if (!loss.ok()) return run;
+    run.losses.push_back(*loss->item());
+  }
+  for (const Tensor& p : net.parameters()) run.weights.push_back(*p.to_vector());
+  run.peak = (*rt)->interpreter().memory_stats()->compute.peak_allocated;
+  run.evict = *(*rt)->interpreter().evict_stats();
+  run.tma = *(*rt)->interpreter().tma_stats();
+  return run;
+}
+
+// Under DTE at 40% of the unlimited peak, alone and with TMA, the supernet trains with
+// the unlimited run's losses and final weights, bit for bit.
+TEST(SposSupernet, TrainsUnderABudgetAndTmaBitForBit) {
+  EvictOptions none;
+  none.policy = EvictPolicy::kNone;
+  const SpoRun ref = train_under(none, false);
+  ASSERT_EQ(ref.losses.size(), 8u);
+  EvictOptions ev;
+  ev.budget_bytes = ref.peak * 4 / 10;
+  for (bool tma : {false, true}) {
+    SCOPED_TRACE(tma ? "DTE and TMA" : "DTE");
+    const SpoRun got = train_under(ev, tma);
+    std::printf("  %s at %.1f of %.1f MiB: peak %.1f MiB, %llu drops, %llu swaps, %llu recomputes, %llu TMA hits\n",
+                tma ? "DTE+TMA" : "DTE", ev.budget_bytes / 1048576.0, ref.peak / 1048576.0, got.peak / 1048576.0,
+                static_cast<unsigned long long>(got.evict.evict_drop),
+                static_cast<unsigned long long>(got.evict.evict_swap),
+                static_cast<unsigned long long>(got.evict.recomputes), static_cast<unsigned long long>(got.tma.hits));
+    EXPECT_LE(got.peak, ev.budget_bytes);
+    EXPECT_GT(got.evict.evict_drop + got.evict.evict_swap, 0u);
+    if (tma) EXPECT_GT(got.tma.hits, 0u);
+    EXPECT_EQ(got.losses, ref.losses);
+    EXPECT_EQ(got.weights, ref.weights);
+  }
 }
 
 // The sampler: the same seed draws the same paths (every rank runs the same one); a FLOPs
