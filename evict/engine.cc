@@ -281,7 +281,7 @@ bool Engine::evict_one(bool fragmented) {
     for (size_t k = 0; k < count; ++k) {
       TensorRecord* r = count == n ? candidates_[k] : candidates_[sample_rng_() % n];
       if (r->pin_count > 0 && !(waiting && r->pin_count == waiting_pins(*r))) continue;
-      consider(r, fragmented, /*no_drop=*/!kept && r->kept_for == op_clock_, best, best_score);
+      consider(r, fragmented, /*no_drop=*/!kept && kept_for_this_op(*r), best, best_score);
     }
   };
   scan(tries, /*waiting=*/false, /*kept=*/false);
@@ -597,7 +597,6 @@ absl::Status Engine::recompute(TensorRecord& r) {
       t->recomputed_for = op_clock_;
       t->recomputes_for_op = 1;
     } else if (++t->recomputes_for_op == 2) {  // a cycle: kept for the rest of this op
-      t->kept_for = op_clock_;
       ++kept_now_;
       ++stats_.recompute_cycles;
     }

@@ -170,6 +170,11 @@ class Engine {
   absl::Status check_overhead(const TensorRecord& r) const;  // EvictOptions::max_overhead_us
   // consider: no_drop: r may only be swapped (Note [Recompute cycles]).
   void consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score);
+  // kept_for_this_op: r was recomputed twice or more for the op being run, so it is kept
+  // from being dropped but as a last resort (Note [Recompute cycles]).
+  bool kept_for_this_op(const TensorRecord& r) const {
+    return r.recomputed_for == op_clock_ && r.recomputes_for_op >= 2;
+  }
   // waiting_pins: how many of r's pins are waiting pins (Note [Regeneration order]).
   uint32_t waiting_pins(const TensorRecord& r) const;
   void unwait(const TensorRecord& r);

@@ -55,11 +55,10 @@ struct TensorRecord {
   // DTE statistics.
   uint64_t last_access = 0;  // the worker's op counter at its last use
   uint32_t recompute_count = 0;
-  // Note [Recompute cycles] (evict/engine.cc): the op counter at its last recompute, how
-  // often it was recomputed for that op, and the op for which it is kept from being dropped.
+  // Note [Recompute cycles] (evict/engine.cc): the op counter at its last recompute and how
+  // often it was recomputed for that op; from the second time it is kept for that op.
   uint64_t recomputed_for = UINT64_MAX;
   uint32_t recomputes_for_op = 0;
-  uint64_t kept_for = UINT64_MAX;
 
   // ref_count: what still needs this tensor: the user's handle (all copies of a Tensor
   // share one TensorRef, so the worker sees at most one) and every live tensor computed

@@ -686,18 +686,20 @@ int run(const Flags& f, Input input) {
       spos_what = absl::StrCat(" (path fixed: ", absl::StrJoin(f.spos_path, ","), ")");
     } else {
       const uint64_t seed = f.seed * 0x9e3779b97f4a7c15ULL + 0x5b05;  // apart from the data's and the weights'
-      models::SposSampler probe(seed, spos, f.spos_min_flops, f.spos_max_flops);
-      if (absl::Status s = probe.next().status(); !s.ok()) fail(kBadValue, absl::StrCat("--spos_flops: ", s.message()));
       spos_sampler.emplace(seed, spos, f.spos_min_flops, f.spos_max_flops);
-      spos_what = f.spos_max_flops > 0 ? absl::StrFormat(" (a path per iteration, uniform within %.1f-%.1fM multiply-adds)",
-                                                         f.spos_min_flops * 1e-6, f.spos_max_flops * 1e-6)
-                                       : " (a path per iteration, uniform)";
+      if (absl::Status s = models::SposSampler(*spos_sampler).next().status(); !s.ok()) {  // a copy: no draw taken
+        fail(kBadValue, absl::StrCat("--spos_flops: ", s.message()));
+      }
       if (f.spos_pool > 0) {
         for (int i = 0; i < f.spos_pool; ++i) spos_pool.push_back(value_or_exit(spos_sampler->next(), "--spos_pool: "));
         spos_pick.emplace(seed + 1);
-        spos_what = absl::StrCat(" (a path per iteration, uniform among ", f.spos_pool, " drawn",
-                                 f.spos_max_flops > 0 ? spos_what.substr(spos_what.find(" within")) : std::string(")"));
       }
+      spos_what = absl::StrCat(
+          " (a path per iteration, uniform", f.spos_pool > 0 ? absl::StrCat(" among ", f.spos_pool, " drawn") : "",
+          f.spos_max_flops > 0
+              ? absl::StrFormat(" within %.1f-%.1fM multiply-adds", f.spos_min_flops * 1e-6, f.spos_max_flops * 1e-6)
+              : "",
+          ")");
     }
   }
   out("model: %s%s%s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(), spos_what.c_str(),

@@ -389,7 +389,6 @@ class SposSupernet final : public nn::Module {
   std::shared_ptr<nn::Linear> classifier() const { return classifier_; }
 
  private:
-  Tensor head(const Tensor& features);
   int image_size_;
   std::array<int, kSposBlocks> path_;
   std::shared_ptr<nn::Sequential> first_conv_, conv_last_;

@@ -31,6 +31,12 @@ std::shared_ptr<nn::BatchNorm2d> bn(int64_t c) { return std::make_shared<nn::Bat
 std::shared_ptr<nn::ReLU> relu_layer() { return std::make_shared<nn::ReLU>(); }
 using Layers = std::vector<std::shared_ptr<nn::Module>>;
 
+// classify: the supernet's and a subnet's last layers on the last block's output: conv_last,
+// global average pool, dropout 0.1, classifier.
+Tensor classify(nn::Sequential& conv_last, nn::Linear& classifier, const Tensor& features, bool training) {
+  return classifier.forward(dropout(global_avg_pool(conv_last.forward(features)), 0.1f, training));
+}
+
 // conv_flops: multiply-adds of a conv with `out_hw` output pixels.
 int64_t conv_flops(int64_t in, int64_t out, int kernel, int groups, int64_t out_hw) {
   return out * (in / groups) * kernel * kernel * out_hw;
@@ -81,6 +87,7 @@ class ChoiceUnit final : public nn::Module {
     return concat(parts, 1);
   }
   std::string type_name() const override { return choice_ < 3 ? "ShuffleNetV2Unit" : "ShuffleXceptionUnit"; }
+  int stride() const { return stride_; }
   // flops: multiply-adds at an input of hw x hw pixels.
   int64_t flops(int64_t hw) const {
     const int64_t out = (hw + stride_ - 1) / stride_, out_hw = out * out, in_hw = hw * hw;
@@ -144,11 +151,7 @@ absl::Status SposSupernet::set_path(std::span<const int> path) {
 Tensor SposSupernet::forward(const Tensor& x) {
   Tensor y = first_conv_->forward(x);
   for (int b = 0; b < kSposBlocks; ++b) y = choices_[b][path_[b]]->forward(y);
-  return head(y);
-}
-
-Tensor SposSupernet::head(const Tensor& features) {
-  return classifier_->forward(dropout(global_avg_pool(conv_last_->forward(features)), 0.1f, is_training()));
+  return classify(*conv_last_, *classifier_, y, is_training());
 }
 
 int64_t SposSupernet::flops(std::span<const int> path) const {
@@ -158,7 +161,7 @@ int64_t SposSupernet::flops(std::span<const int> path) const {
   for (int b = 0; b < kSposBlocks; ++b) {
     const auto& unit = static_cast<const ChoiceUnit&>(*choices_[b][path[b]]);
     f += unit.flops(hw);
-    if (b == 0 || b == 4 || b == 8 || b == 16) hw = (hw + 1) / 2;
+    hw = (hw + unit.stride() - 1) / unit.stride();
   }
   return f + conv_flops(kStageOut[3], kLast, 1, 1, hw * hw) + kLast * classifier_->weight.shape()[0];
 }
@@ -173,8 +176,7 @@ SposSubnet::SposSubnet(const SposSupernet& super, std::span<const int> path) {
 }
 
 Tensor SposSubnet::forward(const Tensor& x) {
-  return classifier_->forward(
-      dropout(global_avg_pool(conv_last_->forward(features_->forward(first_conv_->forward(x)))), 0.1f, is_training()));
+  return classify(*conv_last_, *classifier_, features_->forward(first_conv_->forward(x)), is_training());
 }
 
 absl::Status check_spos_path(std::span<const int> path) {
