@@ -28,7 +28,9 @@
 #         6. NCCL on one rank without mpirun: mtc-bench-comm --backend nccl;
 #         7. benchmarks/resnet50_gpu.sh: ResNet-50 beside PyTorch;
 #         8. DTP's cost model on one GPU: GPT and VGG-16 under --dtp=auto --dtp_report,
-#            predicted against measured op times (benchmarks/dtp_predict.sh --logs).
+#            predicted against measured op times (benchmarks/dtp_predict.sh --logs);
+#         9. DTE on the GPU: ResNet-50 at batch 128 under 50% and 30% of its peak (and
+#            30% with TMA): each run's peak, time against the unlimited run's, evictions.
 #       Each step runs under `timeout` and the whole run under --deadline (540 s), so it
 #       ends inside the device tool's 10 minutes even if a step hangs; a failed step is
 #       recorded and the next one runs. Full logs: OUTFILE.logs.tar.gz beside OUTFILE.
@@ -604,6 +606,49 @@ dtp_gpu() {
   md '```'
 }
 
+# dte_gpu: DTE on the GPU: ResNet-50 at batch 128 (224x224) unlimited, then under budgets
+# of 50% and 30% of that run's compute peak (DTE, mode both), and at 30% with TMA. Judged:
+# every run trains and its compute peak stays within its budget; the time against the
+# unlimited run's is reported (the swaps and recomputes it costs), not judged.
+dte_gpu() {
+  md "" "## 9. DTE on the GPU: ResNet-50, batch 128, under 50% and 30% of its peak"
+  local flags=(--model=resnet50 --batch=128 --warmup=3 --iterations=8 --seed=0 --log_every=1000 --device=cuda)
+  run_step dte-none 90 "$work/run/mtc-train" "${flags[@]}"
+  if [ "$rc" != 0 ]; then
+    note "dte on the gpu (unlimited run)" "$(status_of "$rc")"
+    tail_log 20
+    return
+  fi
+  local s0 peak0 t0s
+  s0=$(grep '^summary ' "$log" | tail -n 1 || true)
+  peak0=$(field "$s0" peak_compute_bytes)
+  t0s=$(field "$s0" min_sec_per_iter)
+  md "" '```'
+  say "$(printf '%-10s %12s %12s %8s %12s %9s %9s %10s %10s %10s %12s' run "budget MiB" "peak MiB" ok "min s/iter" ratio drops swaps recomputes compact "final loss")"
+  say "$(awk -v p="$peak0" -v t="$t0s" -v l="$(field "$s0" final_loss)" 'BEGIN { printf "%-10s %12s %12.1f %8s %12.4f %9.3f %9d %10d %10d %10d %12s", "none", "-", p / 1048576, "-", t, 1, 0, 0, 0, 0, l }')"
+  local pct tma name args budget s ok all=1
+  for run in 50 30 30tma; do
+    pct=${run%tma}; name="dte-$run"; args=()
+    [ "$run" = "$pct" ] || args=(--tma --tma_warmup=2)
+    budget=$((peak0 * pct / 100))
+    run_step "$name" 90 "$work/run/mtc-train" "${flags[@]}" --budget="${budget}B" "${args[@]}"
+    if [ "$rc" != 0 ]; then
+      all=0
+      say "$(printf '%-10s %12.1f  FAIL (%s)' "$run%" "$(awk -v b="$budget" 'BEGIN { print b / 1048576 }')" "$(status_of "$rc")")"
+      continue
+    fi
+    s=$(grep '^summary ' "$log" | tail -n 1 || true)
+    ok=yes
+    [ "$(field "$s" peak_compute_bytes)" -le "$budget" ] || { ok=no; all=0; }
+    say "$(awk -v r="$run%" -v b="$budget" -v p="$(field "$s" peak_compute_bytes)" -v ok="$ok" \
+      -v t="$(field "$s" min_sec_per_iter)" -v t0="$t0s" -v d="$(field "$s" evict_drop)" -v w="$(field "$s" evict_swap)" \
+      -v rc="$(field "$s" recomputes)" -v c="$(field "$s" compactions)" -v l="$(field "$s" final_loss)" \
+      'BEGIN { printf "%-10s %12.1f %12.1f %8s %12.4f %9.3f %9d %10d %10d %10d %12s", r, b / 1048576, p / 1048576, ok, t, t / t0, d, w, rc, c, l }')"
+  done
+  md '```'
+  if [ "$all" = 1 ]; then note "dte on the gpu (resnet50, 50% and 30%)" ok; else note "dte on the gpu (resnet50, 50% and 30%)" "FAIL (a run failed or passed its budget)"; tail_log 20; fi
+}
+
 no_gpu_steps() {
   md "" "## 4. Without a GPU: what runs anyway"
   local b
@@ -670,6 +715,7 @@ check() {
       nccl
       resnet50
       dtp_gpu
+      dte_gpu
     else
       say "" "no GPU found: skipping the GPU steps"
       no_gpu_steps

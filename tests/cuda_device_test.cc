@@ -2,19 +2,24 @@
 // kernel has a CUDA kernel (checked in every build with the backend, GPU or not); without
 // a GPU, asking for one is a clear error; with one: the arena is one allocation, copies
 // round-trip exactly through the pinned staging buffer, an op without a CUDA kernel is an
-// error naming it, op times come from CUDA events, and CIFAR ResNet-56 trains with the
-// CPU's losses over 20 iterations.
+// error naming it, op times come from CUDA events, overlapping copies within the device
+// (DTE's compaction) keep every byte, CIFAR ResNet-56 trains with the CPU's losses over 20
+// iterations, and under a DTE budget of 40% of its peak with the unlimited run's losses
+// and weights bit for bit.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuda_check.h"
 #include "device.h"
 #include "gtest/gtest.h"
+#include "mtc/evict_options.h"
 #include "mtc/interpreter.h"
 #include "mtc/models.h"
 #include "mtc/ops.h"
@@ -118,6 +123,45 @@ TEST(CudaDevice, OpTimesComeFromEvents) {
   std::printf("  20 matmuls of 512x512: %.1f us by CUDA events\n", st->compute_us);
 }
 
+// Compaction slides a tensor into the free bytes beside it, so copy_on_device's ranges
+// overlap (memmove's meaning, which cudaMemcpy does not give). Both of its paths (pieces
+// no longer than the distance, and past 64 of them 8 MiB pieces through the host), down
+// and up, against memmove on the host.
+TEST(CudaDevice, OverlappingCopiesOnTheDeviceKeepEveryByte) {
+  MTC_SKIP_WITHOUT_GPU();
+  DeviceOptions o;
+  o.type = DeviceType::kCUDA;
+  o.memory_bytes = size_t{128} << 20;
+  o.comm_bytes = size_t{16} << 20;
+  auto dev = make_device(o);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  const size_t span = size_t{40} << 20;
+  auto block = (*dev)->compute_region().allocate(span);
+  ASSERT_TRUE(block.ok()) << block.status();
+  std::byte* base = (*dev)->compute_ptr(*block);
+  std::vector<uint32_t> init(span / 4);
+  for (size_t i = 0; i < init.size(); ++i) init[i] = static_cast<uint32_t>(i * 2654435761u);
+  struct Case {
+    size_t from, to, bytes;
+  };
+  // 20 MiB moved by 4 KiB (via the host) and by 1 MiB (20 pieces), down and up.
+  const Case cases[] = {{size_t{4} << 20, (size_t{4} << 20) - 4096, size_t{20} << 20},
+                        {size_t{4} << 20, (size_t{4} << 20) + 4096, size_t{20} << 20},
+                        {size_t{4} << 20, size_t{3} << 20, size_t{20} << 20},
+                        {size_t{4} << 20, size_t{5} << 20, size_t{20} << 20},
+                        {size_t{4} << 20, (size_t{4} << 20) - 4, size_t{1} << 20}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("from ", c.from, " to ", c.to, ", ", c.bytes, " bytes"));
+    ASSERT_TRUE((*dev)->copy_to_device(base, init.data(), span).ok());
+    ASSERT_TRUE((*dev)->copy_on_device(base + c.to, base + c.from, c.bytes).ok());
+    std::vector<uint32_t> want = init, got(span / 4);
+    std::memmove(reinterpret_cast<std::byte*>(want.data()) + c.to, reinterpret_cast<std::byte*>(want.data()) + c.from,
+                 c.bytes);
+    ASSERT_TRUE((*dev)->copy_to_host(got.data(), base, span).ok());
+    ASSERT_TRUE(got == want);
+  }
+}
+
 // losses: CIFAR ResNet-56 on `device`, 20 iterations of SGD on synthetic batches.
 std::vector<float> resnet56_losses(const char* device, int threads = 2) {
   RuntimeOptions o;
@@ -177,6 +221,68 @@ TEST(CudaTraining, ResNet56LossesMatchTheCpu) {
   }
   std::printf("  largest: cuda against cpu %.2e, cpu 1 thread against 2 %.2e\n", worst, spread);
   EXPECT_LE(worst, 4 * std::max(spread, 1e-3));
+}
+
+// ResNet-20 under DTE on the GPU: 6 iterations at batch 64 with the unlimited run's
+// losses and final weights bit for bit at 40% of its peak. Recomputes run the same
+// cuDNN algorithms (the choices are cached per process and problem) and swaps copy
+// exact bytes, so nothing may differ.
+struct GpuRun {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> weights;
+  size_t peak = 0;
+  EvictStats evict;
+};
+GpuRun resnet20_under(const EvictOptions& ev) {
+  RuntimeOptions o;
+  o.device = "cuda";
+  o.memory_bytes = size_t{1} << 30;
+  o.seed = 3;
+  o.evict = ev;
+  GpuRun run;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok()) << rt.status();
+  if (!rt.ok()) return run;
+  auto m = models::make_model("resnet20");
+  auto opt = optim::Sgd::create(m->net->parameters(), {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f});
+  data::SyntheticData src(m->sample_shape, 10, 4);
+  for (int it = 0; it < 6; ++it) {
+    (*rt)->interpreter().mark("iteration", it + 1);
+    auto loss = models::train_step(*m->net, **opt, data::to_device(src.batch_at(it, 64)));
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    if (!loss.ok()) return run;
+    run.losses.push_back(*loss->item());
+  }
+  for (const Tensor& p : m->net->parameters()) run.weights.push_back(*p.to_vector());
+  run.peak = (*rt)->interpreter().memory_stats()->compute.peak_allocated;
+  run.evict = *(*rt)->interpreter().evict_stats();
+  return run;
+}
+
+TEST(CudaTraining, ResNet20UnderADteBudgetMatchesTheUnlimitedRunBitForBit) {
+  MTC_SKIP_WITHOUT_GPU();
+  EvictOptions none;
+  none.policy = EvictPolicy::kNone;
+  const GpuRun ref = resnet20_under(none);
+  ASSERT_EQ(ref.losses.size(), 6u);
+  for (EvictMode mode : {EvictMode::kBoth, EvictMode::kDrop, EvictMode::kSwap}) {
+    EvictOptions ev;
+    ev.mode = mode;
+    ev.budget_bytes = ref.peak * 4 / 10;
+    SCOPED_TRACE(static_cast<int>(mode));
+    const GpuRun got = resnet20_under(ev);
+    std::printf("  mode %d at %.1f of %.1f MiB: peak %.1f MiB, %llu drops, %llu swaps, %llu recomputes, "
+                "%llu compactions\n",
+                static_cast<int>(mode), ev.budget_bytes / 1048576.0, ref.peak / 1048576.0, got.peak / 1048576.0,
+                static_cast<unsigned long long>(got.evict.evict_drop),
+                static_cast<unsigned long long>(got.evict.evict_swap),
+                static_cast<unsigned long long>(got.evict.recomputes),
+                static_cast<unsigned long long>(got.evict.compactions));
+    EXPECT_LE(got.peak, ev.budget_bytes);
+    EXPECT_GT(got.evict.evict_drop + got.evict.evict_swap, 0u);
+    EXPECT_EQ(got.losses, ref.losses);
+    EXPECT_EQ(got.weights, ref.weights);
+  }
 }
 
 }  // namespace
