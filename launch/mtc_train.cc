@@ -252,9 +252,9 @@ struct Flags {
   int spos_pool = 0;                               // --spos_pool: recurring paths (0: none)
 };
 
-// read_spos_flags: --spos_path and --spos_flops, with --model spos only, not together, and
-// on one rank: data parallel would all-reduce zeros for the units off the path, and
-// momentum and weight decay would then move them.
+// read_spos_flags: --spos_path, --spos_flops and --spos_pool, with --model spos only;
+// a fixed path with neither of the others. On several ranks every rank draws the same
+// path (the sampler is seeded by --seed), so data parallel all-reduces the same units.
 void read_spos_flags(Flags& f) {
   for (const char* name : {"spos_path", "spos_flops", "spos_pool"}) {
     if (f.model != "spos" && cli::given(name)) {
@@ -263,10 +263,6 @@ void read_spos_flags(Flags& f) {
     }
   }
   if (f.model != "spos") return;
-  if (g_world.size > 1) {
-    fail(kBadValue, absl::StrCat("--model spos on ", g_world.size, " ranks: data parallel does not yet leave the "
-                                 "units off the path out of its all-reduce; expected one rank"));
-  }
   for (const char* name : {"spos_flops", "spos_pool"}) {
     if (cli::given("spos_path") && cli::given(name)) {
       fail(kBadValue, absl::StrCat("--spos_path with --", name, ": a fixed path is not drawn; expected one of them"));
@@ -1048,7 +1044,7 @@ int run(const Flags& f, Input input) {
       "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f high_water_compute_bytes=%zu tma_hits=%llu "
       "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu ranks=%d peak_comm_bytes=%zu "
       "dp_buckets=%d dp_comm_sec=%.4f dp_exposed_sec=%.4f dp_hidden_share=%.3f compactions=%llu moved_bytes=%llu "
-      "move_sec=%.4f tma_plans_cached=%zu tma_plans_evicted=%llu tma_cache_bytes=%zu\n",
+      "move_sec=%.4f tma_plans_cached=%zu tma_plans_evicted=%llu tma_cache_bytes=%zu dp_reduced_bytes=%llu\n",
       f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(),
       f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
@@ -1068,7 +1064,8 @@ int run(const Flags& f, Input input) {
       static_cast<unsigned long long>(ev_end.compactions - ev_start.compactions),
       static_cast<unsigned long long>(ev_end.moved_bytes - ev_start.moved_bytes),
       (ev_end.move_us - ev_start.move_us) * 1e-6, tma_end.plans_cached,
-      static_cast<unsigned long long>(tma_end.plans_evicted), tma_end.cache_bytes);
+      static_cast<unsigned long long>(tma_end.plans_evicted), tma_end.cache_bytes,
+      static_cast<unsigned long long>(dp_end.reduced_bytes - dp_start.reduced_bytes));
   std::fflush(stdout);
   if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
   if (!f.runtime.trace_path.empty()) out("trace: %s\n", f.runtime.trace_path.c_str());

@@ -6,7 +6,8 @@
 //    finite differences of L, perturbing one element of one rank's input at a time;
 //  - sync_batch_norm against batch_norm over the gathered global batch, forward,
 //    backward and running statistics;
-//  - DataParallel's gradients against the mean of the ranks' own gradients.
+//  - DataParallel's gradients against the mean of the ranks' own gradients, and a
+//    parameter no rank reached left out of the all-reduce, with no gradient and no step.
 #include <mpi.h>
 
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "mtc/interpreter.h"
 #include "mtc/nn.h"
 #include "mtc/ops.h"
+#include "mtc/optim.h"
 #include "mtc/runtime.h"
 
 namespace mtc {
@@ -342,6 +344,93 @@ TEST(DataParallel, GradientsAreTheMeanOfTheRanksGradients) {
   auto mem = net.parameters()[0].interpreter()->memory_stats();
   ASSERT_TRUE(mem.ok());
   EXPECT_GE(mem->comm.allocated, 2 * fig->bucket_bytes);
+}
+
+// Three branches between two layers, one run per iteration (a SPOS supernet in small):
+// the same on every rank, as SPOS's seeded sampler makes it.
+class BranchNet final : public nn::Module {
+ public:
+  BranchNet() {
+    fc1_ = register_module("fc1", std::make_shared<nn::Linear>(6, 16));
+    for (const char* n : {"a", "b", "c"}) branch_.push_back(register_module(n, std::make_shared<nn::Linear>(16, 16)));
+    fc2_ = register_module("fc2", std::make_shared<nn::Linear>(16, 3));
+  }
+  Tensor forward(const Tensor& x) override { return (*fc2_)(relu((*branch_[path])(relu((*fc1_)(x))))); }
+  std::string type_name() const override { return "BranchNet"; }
+  size_t path = 0;
+
+ private:
+  std::shared_ptr<nn::Linear> fc1_, fc2_;
+  std::vector<std::shared_ptr<nn::Linear>> branch_;
+};
+
+// Note [Unused parameters]: a branch no rank ran gets no gradient, is not all-reduced
+// (the figures count only the reached parameters' bytes; in buckets of 300 floats, the
+// one of c's weight and b's bias is skipped when a runs, and three mix reached and
+// unreached parameters) and keeps its values
+// through SGD with momentum and weight decay, bit for bit; the reached parameters'
+// gradients are the mean of the ranks' own. The test runs with check_arguments, so
+// ranks all-reducing unlike counts would fail it.
+TEST(DataParallel, ParametersNoRankReachedAreLeftOut) {
+  BranchNet net;
+  std::mt19937 gen(11 + g_rank);
+  std::normal_distribution<float> nd;
+  std::vector<float> xv(8 * 6);
+  for (float& v : xv) v = nd(gen);
+  std::vector<int32_t> labels(8);
+  for (int i = 0; i < 8; ++i) labels[i] = (i + 2 * g_rank) % 3;
+  auto loss = [&] { return cross_entropy(net(from_vector({8, 6}, xv)), from_vector_i32({8}, labels)); };
+  const TensorList params = net.parameters();  // fc1 w b, a w b, b w b, c w b, fc2 w b
+  auto branch_of = [](size_t k) { return k >= 2 && k < 8 ? static_cast<int>((k - 2) / 2) : -1; };
+  std::vector<std::vector<float>> before;
+  for (const Tensor& p : params) before.push_back(values(p));
+
+  auto dp = dist::DataParallel::create(net, g_comm, {.bucket_bytes = 1200});
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto opt = optim::Sgd::create(params, {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f});
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  uint64_t want_bytes = 0;
+  for (int iteration = 0; iteration < 4; ++iteration) {
+    net.path = static_cast<size_t>(iteration % 2);  // a, b, a, b: never c
+    // Each rank's own gradients, averaged on the host: what the reached ones must get.
+    net.zero_grad();
+    ASSERT_TRUE(loss().backward().ok());
+    std::vector<std::vector<float>> want(params.size());
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (!params[k].grad().defined()) continue;
+      want[k] = values(params[k].grad());
+      MPI_Allreduce(MPI_IN_PLACE, want[k].data(), static_cast<int>(want[k].size()), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+      for (float& v : want[k]) v /= g_size;
+    }
+    net.zero_grad();
+    ASSERT_TRUE(loss().backward().ok());
+    (*dp)->finish();
+    for (size_t k = 0; k < params.size(); ++k) {
+      const int br = branch_of(k);
+      const bool reached = br < 0 || static_cast<size_t>(br) == net.path;
+      ASSERT_EQ(params[k].grad().defined(), reached) << "parameter " << k << ", iteration " << iteration;
+      if (!reached) continue;
+      want_bytes += static_cast<uint64_t>(params[k].numel()) * sizeof(float);
+      const std::vector<float> got = values(params[k].grad());
+      ASSERT_EQ(got.size(), want[k].size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[k][i], 1e-6 + 1e-5 * std::fabs(want[k][i]));
+    }
+    (*opt)->step();
+  }
+  auto fig = (*dp)->figures();
+  ASSERT_TRUE(fig.ok()) << fig.status();
+  EXPECT_EQ(fig->buckets, 5);
+  EXPECT_EQ(fig->reduced_bytes, want_bytes);
+  EXPECT_EQ(fig->reductions, 4u * 4 + 2);  // the bucket of c's weight and b's bias only when b ran
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (branch_of(k) == 2) {
+      EXPECT_EQ(values(params[k]), before[k]) << "c's parameter " << k << " moved";
+    }
+    if (branch_of(k) == 0) {
+      EXPECT_NE(values(params[k]), before[k]) << "a's parameter " << k << " did not move";
+    }
+  }
 }
 
 }  // namespace

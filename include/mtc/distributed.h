@@ -89,6 +89,7 @@ struct DataParallelFigures {
   double comm_sec = 0;         // time the all-reduces ran on the communicator's queue
   double exposed_sec = 0;      // time the interpreter waited for them after the backward
   double bucket_copy_sec = 0;  // packing gradients into buckets and unpacking them
+  uint64_t reduced_bytes = 0;  // gradient bytes all-reduced (a parameter without a gradient is left out)
 };
 
 // DataParallel: averages a module's parameter gradients over the ranks during the
@@ -109,9 +110,11 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  // finish: starts the buckets the backward did not complete (a parameter that got no
-  // gradient counts as zeros), then waits for every bucket and unpacks the averages into
-  // the gradients. Issues ops; a failure surfaces at the next synchronising call.
+  // finish: starts the buckets the backward did not complete, with the gradients that
+  // exist (a parameter the backward did not reach gets none and no update; the ranks
+  // must reach the same ones: Note [Unused parameters] in data_parallel.cc), then waits
+  // for every bucket and unpacks the averages into the gradients. Issues ops; a failure
+  // surfaces at the next synchronising call.
   void finish();
   // figures: synchronises with the interpreter, then reads the totals.
   absl::StatusOr<DataParallelFigures> figures();

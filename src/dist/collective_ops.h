@@ -118,13 +118,15 @@ struct MaxGradMaskOp final : OpDef {
 struct BucketState {
   std::shared_ptr<comm::Work> work;  // the all-reduce in flight
   std::shared_ptr<DataParallelFigures> figures;
-  std::vector<size_t> offsets;  // each gradient's element offset in the flat buffer
   comm::ReduceOp reduce = comm::ReduceOp::kAvg;  // DataParallelOptions::reduce
   float scale = 1.f;                              // DataParallelOptions::scale, at unpacking
 };
 
-// BucketReduceOp: inputs flat, g1..gk. Packs the gradients into flat and starts its
-// all-reduce (average, or sum: BucketState::reduce) on the communicator's queue; returns without waiting for it.
+// BucketReduceOp: inputs flat, g1..gk. Packs the gradients into flat, one after another
+// from element 0, and starts the all-reduce of those elements (average, or sum:
+// BucketState::reduce) on the communicator's queue; returns without waiting for it. The
+// gradients may be any of the bucket's (those that got one this iteration, Note [Unused
+// parameters] in data_parallel.cc); the ranks must pass the same ones.
 struct BucketReduceOp final : CollectiveOp {
   MTC_OP_SCHEMA("bucket_reduce")
   BucketReduceOp(CommPtr c, std::shared_ptr<BucketState> s) : CollectiveOp(std::move(c)), state(std::move(s)) {}
@@ -135,8 +137,9 @@ struct BucketReduceOp final : CollectiveOp {
   std::shared_ptr<BucketState> state;
 };
 
-// BucketWaitOp: inputs flat, g1..gk. Waits for the bucket's all-reduce and unpacks the
-// averaged gradients from flat into g1..gk (in place), times BucketState::scale.
+// BucketWaitOp: inputs flat, g1..gk, as its BucketReduceOp had them. Waits for the
+// bucket's all-reduce and unpacks the averaged gradients from flat into g1..gk (in
+// place), times BucketState::scale.
 struct BucketWaitOp final : CollectiveOp {
   MTC_OP_SCHEMA("bucket_wait")
   BucketWaitOp(CommPtr c, std::shared_ptr<BucketState> s) : CollectiveOp(std::move(c)), state(std::move(s)) {}

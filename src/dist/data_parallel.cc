@@ -20,8 +20,21 @@ namespace mtc::dist {
 // bucket_wait, issued by finish() after the backward, waits for it and copies the
 // averages back into the gradients, which the optimizer then reads. The time spent
 // waiting there is the part of the communication the backward did not hide.
+//
+// Note [Unused parameters]
+// A parameter the backward did not reach this iteration (a SPOS supernet's choice blocks
+// off the path, 3/4 of them) gets no gradient, is left out of its bucket's all-reduce,
+// and so keeps no gradient: the optimizer skips it, with no momentum or weight-decay
+// step. A bucket that some of its parameters never completed is started by finish(),
+// with the gradients that exist packed one after another; one with none is not
+// all-reduced at all. So the ranks must reach the same parameters, as SPOS's sampler,
+// seeded alike on every rank, makes them: a rank that packs other gradients all-reduces
+// a different count, which --comm_check (CommOptions::check_arguments) reports as a
+// mismatch naming the collective instead of summing unlike buffers. PyTorch's DDP with
+// find_unused_parameters instead all-reduces zeros for them every iteration.
 struct DataParallel::Bucket {
   std::vector<size_t> params;  // indexes into params_, in the order they are packed
+  std::vector<size_t> sent;    // the params_ packed this iteration (those with a gradient)
   size_t numel = 0;
   Tensor flat;
   std::shared_ptr<BucketState> state;
@@ -89,7 +102,6 @@ absl::Status DataParallel::init() {
       start();
       b = buckets_.back().get();
     }
-    b->state->offsets.push_back(b->numel);
     b->params.push_back(k);
     b->numel += n;
   }
@@ -111,16 +123,13 @@ absl::Status DataParallel::init() {
 
 void DataParallel::launch(Bucket& b) {
   TensorList in{b.flat};
+  b.sent.clear();
   for (size_t k : b.params) {
-    Tensor& p = params_[k];
-    if (!p.grad().defined()) {  // no gradient reached it this iteration: it counts as zeros
-      std::vector<float> zero(static_cast<size_t>(p.numel()), 0.f);
-      p.set_grad(interp_->put(p.desc(), zero.data()));
-      interp_->make_gradient(p.grad());
-    }
-    in.push_back(p.grad());
+    if (!params_[k].grad().defined()) continue;  // not reached this iteration: Note [Unused parameters]
+    b.sent.push_back(k);
+    in.push_back(params_[k].grad());
   }
-  interp_->apply(std::make_shared<BucketReduceOp>(comm_, b.state), in);
+  if (!b.sent.empty()) interp_->apply(std::make_shared<BucketReduceOp>(comm_, b.state), in);
   b.launched = true;
 }
 
@@ -130,9 +139,11 @@ void DataParallel::finish() {
   }
   for (auto& bp : buckets_) {
     Bucket& b = *bp;
-    TensorList in{b.flat};
-    for (size_t k : b.params) in.push_back(params_[k].grad());
-    interp_->apply(std::make_shared<BucketWaitOp>(comm_, b.state), in);
+    if (!b.sent.empty()) {
+      TensorList in{b.flat};
+      for (size_t k : b.sent) in.push_back(params_[k].grad());
+      interp_->apply(std::make_shared<BucketWaitOp>(comm_, b.state), in);
+    }
     b.ready = 0;
     b.launched = false;
   }

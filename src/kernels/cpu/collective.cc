@@ -93,11 +93,14 @@ absl::Status bucket_reduce(const dist::BucketReduceOp& op, const KernelArgs& a) 
   }
   const auto t0 = std::chrono::steady_clock::now();
   float* flat = a.in[0].f32();
+  size_t n = 0;  // the gradients one after another from element 0
   for (size_t i = 1; i < a.in.size(); ++i) {
-    std::memcpy(flat + op.state->offsets[i - 1], a.in[i].data, a.in[i].bytes());
+    std::memcpy(flat + n, a.in[i].data, a.in[i].bytes());
+    n += static_cast<size_t>(a.in[i].numel());
   }
   op.state->figures->bucket_copy_sec += since(t0);
-  op.state->work = op.comm->all_reduce(flat, flat, a.in[0].numel(), comm::DataType::kF32, op.state->reduce);
+  op.state->figures->reduced_bytes += n * sizeof(float);
+  op.state->work = op.comm->all_reduce(flat, flat, n, comm::DataType::kF32, op.state->reduce);
   return absl::OkStatus();
 }
 
@@ -114,15 +117,17 @@ absl::Status bucket_wait(const dist::BucketWaitOp& op, const KernelArgs& a) {
   t0 = std::chrono::steady_clock::now();
   const float* flat = a.in[0].f32();
   const float scale = op.state->scale;
+  size_t off = 0;
   for (size_t i = 1; i < a.in.size(); ++i) {
+    const int64_t n = a.in[i].numel();
     if (scale == 1.f) {
-      std::memcpy(a.in[i].data, flat + op.state->offsets[i - 1], a.in[i].bytes());
+      std::memcpy(a.in[i].data, flat + off, a.in[i].bytes());
     } else {
-      const float* from = flat + op.state->offsets[i - 1];
+      const float* from = flat + off;
       float* to = a.in[i].f32();
-      const int64_t n = a.in[i].numel();
       for (int64_t j = 0; j < n; ++j) to[j] = from[j] * scale;
     }
+    off += static_cast<size_t>(n);
   }
   f.bucket_copy_sec += since(t0);
   return absl::OkStatus();

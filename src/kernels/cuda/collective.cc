@@ -110,12 +110,14 @@ absl::Status bucket_reduce(const dist::BucketReduceOp& op, const KernelArgs& a) 
   }
   cudaStream_t compute = stream(a.ctx), nccl = comm_stream(op);
   float* flat = a.in[0].f32();
+  size_t n = 0;  // the gradients one after another from element 0
   for (size_t i = 1; i < a.in.size(); ++i) {
-    MTC_CUDA(cudaMemcpyAsync(flat + op.state->offsets[i - 1], a.in[i].data, a.in[i].bytes(), cudaMemcpyDeviceToDevice,
-                             compute));
+    MTC_CUDA(cudaMemcpyAsync(flat + n, a.in[i].data, a.in[i].bytes(), cudaMemcpyDeviceToDevice, compute));
+    n += static_cast<size_t>(a.in[i].numel());
   }
   MTC_RETURN_IF_ERROR(wait_for(nccl, compute));
-  op.state->work = op.comm->all_reduce(flat, flat, a.in[0].numel(), comm::DataType::kF32, op.state->reduce);
+  op.state->figures->reduced_bytes += n * sizeof(float);
+  op.state->work = op.comm->all_reduce(flat, flat, n, comm::DataType::kF32, op.state->reduce);
   return absl::OkStatus();
 }
 
@@ -135,13 +137,16 @@ absl::Status bucket_wait(const dist::BucketWaitOp& op, const KernelArgs& a) {
     f.comm_sec += work->seconds();
   }
   float* flat = a.in[0].f32();
-  if (op.state->scale != 1.f) {  // DataParallelOptions::scale, on the reduced buffer
-    launch_scale(flat, flat, op.state->scale, a.in[0].numel(), compute);
+  int64_t n = 0;
+  for (size_t i = 1; i < a.in.size(); ++i) n += a.in[i].numel();
+  if (op.state->scale != 1.f) {  // DataParallelOptions::scale, on the reduced elements
+    launch_scale(flat, flat, op.state->scale, n, compute);
     MTC_RETURN_IF_ERROR(last_launch("bucket_wait scale"));
   }
+  size_t off = 0;
   for (size_t i = 1; i < a.in.size(); ++i) {
-    MTC_CUDA(cudaMemcpyAsync(a.in[i].data, flat + op.state->offsets[i - 1], a.in[i].bytes(), cudaMemcpyDeviceToDevice,
-                             compute));
+    MTC_CUDA(cudaMemcpyAsync(a.in[i].data, flat + off, a.in[i].bytes(), cudaMemcpyDeviceToDevice, compute));
+    off += static_cast<size_t>(a.in[i].numel());
   }
   return absl::OkStatus();
 }
