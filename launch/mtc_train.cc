@@ -55,7 +55,8 @@ bool AbslParseFlag(absl::string_view text, FlagText* f, std::string*) {
 std::string AbslUnparseFlag(const FlagText& f) { return f.text; }
 
 ABSL_FLAG(std::string, model, "resnet20",
-          "model: resnet20|resnet32|resnet44|resnet56|resnet110|resnet1202|resnet50|mlp|vit_tiny|vgg16|gpt");
+          "model: resnet20|resnet32|resnet44|resnet56|resnet110|resnet1202|resnet50|mlp|vit_tiny|vgg16|gpt|moe_gpt|"
+          "lstm|treelstm|densenet121|densenet121_cifar|googlenet|googlenet_cifar|unet|spos");
 ABSL_FLAG(std::string, gpt_config, "tiny",
           "gpt: the configuration the other gpt flags start from: tiny (2 layers, hidden 64, 4 heads, seq 16, vocab "
           "128) or small (GPT-2 small: 12 layers, hidden 768, 12 heads, seq 1024, vocab 50257)");
@@ -72,6 +73,14 @@ ABSL_FLAG(FlagText, momentum, {"0.9"}, "SGD momentum (>= 0); sgd only (adamw has
 ABSL_FLAG(FlagText, weight_decay, {"5e-4"}, "weight decay (>= 0); decoupled for adamw");
 ABSL_FLAG(FlagText, adam_eps, {"1e-8"}, "adamw's epsilon, added to the root of the second moment (> 0)");
 ABSL_FLAG(std::string, optimizer, "sgd", "optimizer: sgd|adamw");
+ABSL_FLAG(FlagText, moe_experts, {"4"}, "--model moe_gpt: experts in each MoE block (>= 2; every other block)");
+ABSL_FLAG(FlagText, moe_top_k, {"1"}, "--model moe_gpt: experts per token: 1 (Switch) or 2 (GShard)");
+ABSL_FLAG(FlagText, moe_capacity, {"1.25"},
+          "--model moe_gpt: capacity factor: an expert takes at most ceil(factor * top_k * tokens / experts) tokens "
+          "of a batch, the overflow passing through the residual (> 0)");
+ABSL_FLAG(bool, moe_dropless, false, "--model moe_gpt: no capacity: every token reaches its experts");
+ABSL_FLAG(FlagText, moe_aux_alpha, {"0.01"},
+          "--model moe_gpt: weight of the load-balancing loss alpha * E * sum_i f_i * P_i added to the loss (>= 0)");
 ABSL_FLAG(std::string, spos_path, "",
           "--model spos: train (or evaluate) this one path, 20 choices in 0-3 comma-separated (0-2: ShuffleNetV2 "
           "units with 3x3, 5x5, 7x7 depthwise kernels; 3: the Xception-like unit); default: a path drawn per "
@@ -250,6 +259,7 @@ struct Flags {
   std::vector<int> spos_path;                  // --model spos: a fixed path, or empty
   int64_t spos_min_flops = 0, spos_max_flops = 0;  // --spos_flops, in multiply-adds
   int spos_pool = 0;                               // --spos_pool: recurring paths (0: none)
+  models::MoeConfig moe;                           // --model moe_gpt: --moe_*
 };
 
 // read_spos_flags: --spos_path, --spos_flops and --spos_pool, with --model spos only;
@@ -294,7 +304,7 @@ void read_gpt_flags(Flags& f) {
     for (const char* name : gpt_flags) {
       if (cli::given(name)) {
         fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model,
-                                     ": it configures a language model; expected --model gpt, lstm or treelstm"));
+                                     ": it configures a language model; expected --model gpt, moe_gpt, lstm or treelstm"));
       }
     }
     return;
@@ -305,7 +315,8 @@ void read_gpt_flags(Flags& f) {
                                    "classes the --vocab tokens; expected no --", name));
     }
   }
-  if (f.model != "gpt") {
+  const bool attention = f.model == "gpt" || f.model == "moe_gpt";
+  if (!attention) {
     const char* expected = f.model == "treelstm" ? "--hidden, --seq and --vocab only" : "--layers, --hidden, --seq and --vocab only";
     for (const char* name : {"heads", "tied_head"}) {
       if (cli::given(name)) {
@@ -328,9 +339,34 @@ void read_gpt_flags(Flags& f) {
   field("seq", absl::GetFlag(FLAGS_seq), f.gpt.seq, 1 << 20);
   field("vocab", absl::GetFlag(FLAGS_vocab), f.gpt.vocab, 1 << 24);
   f.gpt.tied_head = absl::GetFlag(FLAGS_tied_head);
-  if (f.model == "gpt" && f.gpt.hidden % f.gpt.heads != 0) {  // the recurrent models have no attention
+  if (attention && f.gpt.hidden % f.gpt.heads != 0) {  // the recurrent models have no attention
     fail(kBadValue, absl::StrCat("--heads ", f.gpt.heads, " does not divide --hidden ", f.gpt.hidden,
                                  ": expected a number of heads that divides the hidden width"));
+  }
+}
+
+// read_moe_flags: --moe_*, with --model moe_gpt only.
+void read_moe_flags(Flags& f) {
+  const char* const names[] = {"moe_experts", "moe_top_k", "moe_capacity", "moe_dropless", "moe_aux_alpha"};
+  for (const char* name : names) {
+    if (f.model != "moe_gpt" && cli::given(name)) {
+      fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model,
+                                   ": it configures the mixture of experts; expected --model moe_gpt"));
+    }
+  }
+  if (f.model != "moe_gpt") return;
+  f.moe.experts = static_cast<int>(value_or_exit(int_flag("moe_experts", absl::GetFlag(FLAGS_moe_experts), 2, 4096)));
+  f.moe.top_k = static_cast<int>(value_or_exit(int_flag("moe_top_k", absl::GetFlag(FLAGS_moe_top_k), 1, 2)));
+  const FlagText capacity = absl::GetFlag(FLAGS_moe_capacity);
+  f.moe.capacity_factor = value_or_exit(real_flag("moe_capacity", capacity));
+  if (f.moe.capacity_factor == 0) fail(kBadValue, "--moe_capacity '" + capacity.text + "': expected a number > 0");
+  f.moe.aux_alpha = static_cast<float>(value_or_exit(real_flag("moe_aux_alpha", absl::GetFlag(FLAGS_moe_aux_alpha))));
+  f.moe.dropless = absl::GetFlag(FLAGS_moe_dropless);
+  if (f.moe.dropless && cli::given("moe_capacity")) {
+    fail(kBadValue, "--moe_capacity with --moe_dropless: a dropless MoE has no capacity; expected one of them");
+  }
+  if (f.moe.top_k > f.moe.experts) {
+    fail(kBadValue, absl::StrCat("--moe_top_k ", f.moe.top_k, " with ", f.moe.experts, " experts: expected at most --moe_experts"));
   }
 }
 
@@ -371,6 +407,7 @@ Flags read_flags() {
   f.warmup = value_or_exit(int_flag("warmup", absl::GetFlag(FLAGS_warmup), 0));
   read_gpt_flags(f);
   read_spos_flags(f);
+  read_moe_flags(f);
 
   RuntimeOptions& r = f.runtime;
   r.device = absl::GetFlag(FLAGS_device);
@@ -622,6 +659,7 @@ Input open_input(const Flags& f) {
   mo.num_classes = f.num_classes;
   mo.image_size = cifar ? 32 : f.image_size;
   mo.gpt = f.gpt;
+  mo.moe = f.moe;
   Input in;
   in.sample_shape = value_or_exit(models::input_shape(f.model, mo), "--model " + f.model + ": ");
   in.data = models::is_language_model(f.model)
@@ -659,6 +697,7 @@ int run(const Flags& f, Input input) {
   mo.num_classes = f.num_classes;
   if (input.sample_shape.size() == 3) mo.image_size = static_cast<int>(input.sample_shape[1]);
   mo.gpt = f.gpt;
+  mo.moe = f.moe;
   models::Model model = value_or_exit(models::make_model(f.model, mo));
   const int64_t n_params = model.net->num_parameters();
   if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
@@ -698,8 +737,15 @@ int run(const Flags& f, Input input) {
           ")");
     }
   }
+  auto* moe_gpt = f.model == "moe_gpt" ? dynamic_cast<models::Gpt*>(model.net.get()) : nullptr;
+  const std::string moe_what =
+      moe_gpt != nullptr ? absl::StrCat(", MoE: ", moe_gpt->moe.describe(), " in ", moe_gpt->moe_blocks().size(),
+                                        " of ", f.gpt.layers, " blocks")
+                         : "";
   out("model: %s%s%s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(), spos_what.c_str(),
-      models::is_language_model(f.model) ? (" (" + models::describe_language_model(f.model, f.gpt) + ")").c_str() : "",
+      models::is_language_model(f.model)
+          ? (" (" + models::describe_language_model(f.model, f.gpt) + moe_what + ")").c_str()
+          : "",
       static_cast<long long>(n_params), mib(n_params * sizeof(float)).c_str(), shape_str(model.sample_shape).c_str(),
       data->num_classes());
 
@@ -970,6 +1016,17 @@ int run(const Flags& f, Input input) {
         ev_window = e;
       }
       if (spos != nullptr) out(" | path %s", absl::StrJoin(spos->path(), ",").c_str());  // the last iteration's
+      if (moe_gpt != nullptr) {  // the last iteration's routing: tokens per expert in each MoE block, and drops
+        std::vector<std::string> blocks;
+        int64_t dropped = 0;
+        for (const auto& b : moe_gpt->moe_blocks()) {
+          std::vector<int64_t> n;
+          for (const auto& tk : b->routing().tokens) n.push_back(static_cast<int64_t>(tk.size()));
+          blocks.push_back(absl::StrJoin(n, ","));
+          dropped += b->routing().dropped;
+        }
+        out(" | experts %s dropped %lld", absl::StrJoin(blocks, " ").c_str(), static_cast<long long>(dropped));
+      }
       out("\n");
       std::fflush(stdout);
       window = 0;

@@ -1,6 +1,7 @@
 // Tests of embedding: forward against a gather reference, the weight gradient (a
 // scatter-add over repeated indices) against finite differences and a double reference,
-// its determinism, and errors (bad shapes, indices out of range at execution).
+// its determinism, and errors (bad shapes, indices out of range at execution); and of
+// scatter_add_rows (that scatter-add as an op of its own, with its gather gradient).
 #include <cmath>
 #include <string>
 
@@ -33,6 +34,31 @@ TEST(Embedding, ForwardAndScatterAddBackward) {
   check_op({{4, 3}, InputSpec::ints({6}, 4)},
            [](const TensorList& x) { return embedding(x[0], x[1]); },
            [](const std::vector<RefTensor>& x) { return ref_embedding(x[0], x[1]); }, exact);
+}
+
+// ref_scatter_add_rows: src (n, D), indices (n) -> (rows, D).
+RefTensor ref_scatter_add_rows(const RefTensor& src, const RefTensor& idx, int64_t rows) {
+  const int64_t d = src.dim(1);
+  RefTensor y(Shape{rows, d});
+  for (size_t i = 0; i < idx.v.size(); ++i)
+    for (int64_t k = 0; k < d; ++k) y.v[static_cast<int64_t>(idx.v[i]) * d + k] += src.v[i * d + k];
+  return y;
+}
+
+// scatter_add_rows: repeated indices add, untouched rows are zero, and its gradient in
+// src gathers (finite differences); no rows at all gives zeros.
+TEST(ScatterAddRows, ForwardAndGatherBackward) {
+  auto rt = make_test_runtime();
+  check_op({{9, 4}, InputSpec::ints({9}, 6)},
+           [](const TensorList& x) { return scatter_add_rows(x[0], x[1], 6); },
+           [](const std::vector<RefTensor>& x) { return ref_scatter_add_rows(x[0], x[1], 6); },
+           {.fwd_atol = 1e-6, .fwd_rtol = 1e-6});
+  Tensor src = from_vector({0, 3}, std::vector<float>{}).set_requires_grad(true);
+  Tensor y = scatter_add_rows(src, from_vector_i32({0}, std::vector<int32_t>{}), 2);
+  EXPECT_EQ(*y.to_vector(), std::vector<float>(6, 0.f));
+  ASSERT_TRUE(sum(mul(y, from_vector({2, 3}, std::vector<float>(6, 1.f)))).backward().ok());
+  ASSERT_TRUE(src.grad().defined());
+  EXPECT_EQ(src.grad().numel(), 0);
 }
 
 TEST(Embedding, LargeGradientIsDeterministicAndMatchesReference) {

@@ -498,6 +498,41 @@ TEST_F(MtcTrainModels, TrainsTheSposSupernetAPathPerIteration) {
   EXPECT_EQ(paths_of(out).size(), 2u) << out;
 }
 
+// moe_gpt: the tiny GPT with 4 experts in block 1 (of 0-1); every progress line ends with
+// the last iteration's tokens per expert and its dropped choices. Parameters: the dense
+// 109312, less block 1's MLP (33088), plus a router (64 x 4) and 4 such MLPs.
+TEST_F(MtcTrainModels, TrainsTheMoeGptAndShowsItsRouting) {
+  std::string out = train("--model=moe_gpt --batch=4 --iterations=3 --warmup=0 --log_every=1 --optimizer=adamw "
+                          "--lr=1e-3");
+  EXPECT_NE(out.find("model: moe_gpt (2 layers, hidden 64, 4 heads, seq 16, vocab 128, tied head, MoE: 4 experts, "
+                     "top-1, capacity factor 1.25, aux 0.01 in 1 of 2 blocks), " +
+                     std::to_string(109312 - 33088 + 64 * 4 + 4 * 33088) + " parameters"),
+            std::string::npos)
+      << out;
+  // 64 tokens a batch, capacity ceil(1.25 * 64 / 4) = 20: the counts and drops add up to 64.
+  for (size_t at = out.find(" | experts "); at != std::string::npos; at = out.find(" | experts ", at + 1)) {
+    int a = 0, b = 0, c = 0, d = 0, dropped = 0;
+    ASSERT_EQ(std::sscanf(out.c_str() + at, " | experts %d,%d,%d,%d dropped %d", &a, &b, &c, &d, &dropped), 5) << out;
+    EXPECT_EQ(a + b + c + d + dropped, 64) << out;
+    EXPECT_LE(std::max({a, b, c, d}), 20) << out;
+  }
+  EXPECT_NE(out.find("iter 3 loss"), std::string::npos) << out;
+  out = train("--model=moe_gpt --batch=4 --iterations=2 --warmup=0 --log_every=1 --moe_experts=2 --moe_top_k=2 "
+              "--moe_dropless");
+  EXPECT_NE(out.find("MoE: 2 experts, top-2, dropless, aux 0.01"), std::string::npos) << out;
+  EXPECT_NE(out.find(" | experts 64,64 dropped 0"), std::string::npos) << out;  // top-2 of 2: every token twice
+}
+
+TEST_F(MtcTrainModels, BadMoeFlags) {
+  expect_bad("--model=gpt --moe_experts=4", "--moe_experts with --model gpt: it configures the mixture of experts");
+  expect_bad("--model=moe_gpt --moe_experts=1", "--moe_experts '1'");
+  expect_bad("--model=moe_gpt --moe_top_k=3", "--moe_top_k '3'");
+  expect_bad("--model=moe_gpt --moe_capacity=0", "--moe_capacity '0': expected a number > 0");
+  expect_bad("--model=moe_gpt --moe_aux_alpha=-1", "--moe_aux_alpha '-1': expected a number >= 0");
+  expect_bad("--model=moe_gpt --moe_dropless --moe_capacity=2", "--moe_capacity with --moe_dropless");
+  expect_bad("--model=moe_gpt --heads=5", "--heads 5 does not divide --hidden 64");
+}
+
 TEST_F(MtcTrainModels, BadSposFlags) {
   expect_bad("--model=resnet20 --spos_path=0", "--spos_path with --model resnet20: it chooses the SPOS supernet's path");
   expect_bad("--model=spos --spos_path=0,1", "--spos_path: SPOS path '0,1' has 2 choices: expected 20");

@@ -188,17 +188,76 @@ class GptAttention final : public nn::Module {
   std::shared_ptr<nn::Linear> q, k, v, proj;
 };
 
+// ---- mixture of experts (docs/dynamic-models.md) ----
+
+// MoeConfig: a mixture-of-experts MLP of `experts` experts (0 in a Gpt: dense MLPs).
+// Each token goes to its top_k experts by router probability: 1 is Switch's gating, 2
+// GShard's. An expert takes at most C = ceil(capacity_factor * top_k * T / E) of a
+// forward's T tokens, first choices before second ones, each in token order; a choice
+// beyond C is dropped (it adds nothing: the block's residual carries the token on).
+// dropless: no capacity, no drops. aux_alpha: the load-balancing loss's weight.
+struct MoeConfig {
+  int experts = 0;
+  int top_k = 1;
+  double capacity_factor = 1.25;
+  bool dropless = false;
+  float aux_alpha = 0.01f;
+  // check: experts >= 2, top_k 1 or 2 and at most experts, capacity_factor > 0, aux_alpha
+  // >= 0; InvalidArgument naming the field and what was expected otherwise.
+  absl::Status check() const;
+  std::string describe() const;  // "4 experts, top-1, capacity factor 1.25, aux 0.01"
+};
+// MoeAssignment: the routing of one forward.
+struct MoeAssignment {
+  std::vector<std::vector<int32_t>> tokens;  // per expert: the tokens it takes, in order
+  std::vector<double> first_share;           // f_i: the share of tokens whose first choice is i
+  int64_t dropped = 0;                       // choices beyond the capacity
+  int64_t capacity = 0;                      // C; 0 when dropless
+};
+// moe_route: the routing of `tokens` tokens from their router probabilities (tokens x E,
+// row-major), by MoeConfig's rules; ties go to the lower expert.
+MoeAssignment moe_route(std::span<const float> probs, int64_t tokens, const MoeConfig& c);
+// moe_aux_loss: the load-balancing loss alpha * E * sum_i f_i * P_i, P_i the mean router
+// probability of expert i over the tokens (probs (T, E), differentiable), f_i the first
+// choices' shares (constants). 1 * alpha for perfectly balanced routing.
+Tensor moe_aux_loss(const Tensor& probs, std::span<const double> first_share, float alpha);
+
+// MoeMlp: a router Linear(D, E) without bias and softmax over the experts, and E experts,
+// each a TransformerMlp(D, hidden). forward(x (..., D)): every expert runs on the rows of
+// the tokens it takes (gathered with embedding), also when it takes none, so that every
+// expert has a gradient every iteration; its output rows, times the router probability
+// of that token and expert (not renormalised over the top_k), are added into the output
+// rows of their tokens (scatter_add_rows). Reading the probabilities synchronises with
+// the device once per forward. Children "router", "experts.0", ...
+class MoeMlp final : public nn::Module {
+ public:
+  MoeMlp(int64_t dim, int64_t hidden, const MoeConfig& c, nn::NormalInit init = {});
+  Tensor forward(const Tensor& x) override;  // (..., D) -> (..., D)
+  Tensor auxiliary_loss() override { return aux_; }  // the last forward's moe_aux_loss
+  std::string type_name() const override { return "MoeMlp"; }
+  const MoeAssignment& routing() const { return routing_; }  // the last forward's
+  MoeConfig config;
+  std::shared_ptr<nn::Linear> router;
+  std::vector<std::shared_ptr<nn::TransformerMlp>> experts;
+
+ private:
+  Tensor aux_;
+  MoeAssignment routing_;
+};
+
 // GptBlock: pre-LayerNorm decoder block, x = x + attn(ln1(x)); x = x + mlp(ln2(x)), the
 // MLP fc1 = Linear(D, 4D), exact GELU, fc2 = Linear(4D, D). Children "ln1", "attn",
-// "ln2", "mlp".
+// "ln2", "mlp". With a MoeConfig of experts, a MoeMlp of such experts, child "moe", in
+// place of the MLP.
 class GptBlock final : public nn::Module {
  public:
-  GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init = {});
+  GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init = {}, const MoeConfig& moe = {});
   Tensor forward(const Tensor& x) override;  // x (N, T, D) -> (N, T, D)
   std::string type_name() const override { return "GptBlock"; }
   std::shared_ptr<nn::LayerNorm> ln1, ln2;
   std::shared_ptr<GptAttention> attn;
-  std::shared_ptr<nn::TransformerMlp> mlp;
+  std::shared_ptr<nn::TransformerMlp> mlp;  // null with experts
+  std::shared_ptr<MoeMlp> moe;              // null without
 };
 
 // Gpt: a GPT-2-style decoder LM. Token embedding wte (V, D) and learned position
@@ -207,16 +266,21 @@ class GptBlock final : public nn::Module {
 // Linear and embedding weight ~ N(0, 0.02^2), biases 0, LayerNorms 1 and 0, drawn in
 // registration order from the runtime's seed. Parameter names: "wte", "wpe",
 // "blocks.0.ln1.weight", "blocks.0.attn.q.weight", ..., "blocks.0.mlp.fc2.bias",
-// "ln_f.weight", "lm_head.weight" (untied). No dropout.
+// "ln_f.weight", "lm_head.weight" (untied). No dropout. With a MoeConfig of experts (the
+// model moe_gpt), every other block (1, 3, ...) has a MoeMlp in place of its MLP, as
+// GShard and Switch place them.
 class Gpt final : public nn::Module {
  public:
-  explicit Gpt(const GptConfig& c);
+  explicit Gpt(const GptConfig& c, const MoeConfig& moe = {});
   // x: i32 token ids (N, T), 1 <= T <= config.seq -> logits (N, T, V).
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Gpt"; }
   GptConfig config;
+  MoeConfig moe;
   Tensor wte, wpe;
   Tensor mask;  // causal_mask(config.seq), shared by the blocks
+  // moe_blocks: the MoeMlps, in block order (empty for a dense GPT).
+  std::vector<std::shared_ptr<MoeMlp>> moe_blocks() const;
 
  private:
   std::shared_ptr<nn::Sequential> blocks_;
@@ -438,6 +502,8 @@ struct ModelOptions {
   // gpt: the language model's configuration (num_classes and image_size do not apply
   // to it: its classes are the vocabulary, its input T token ids).
   GptConfig gpt = {};
+  // moe: moe_gpt's experts (4 when experts is 0); the other models ignore it.
+  MoeConfig moe = {};
 };
 
 // Model: a network and the shape of one input sample, e.g. [3, 32, 32].
@@ -447,6 +513,8 @@ struct Model {
   Shape sample_shape;
 };
 
+// moe_gpt_config: the experts moe_gpt builds with: o.moe, 4 experts when it names none.
+MoeConfig moe_gpt_config(const ModelOptions& o);
 // model_names: what make_model knows, e.g. "resnet20".
 std::vector<std::string> model_names();
 // is_language_model: whether model `name` takes i32 token ids (N, T) with next-token
@@ -475,7 +543,8 @@ bool token_input_ok(const Tensor& x, int64_t seq, const char* model);
 Tensor cross_entropy_loss(const Tensor& logits, const Tensor& labels);
 
 // train_step: one training iteration on a classification or language-model batch:
-// zero_grad, forward, cross_entropy_loss, backward, optimizer step. Returns the loss without waiting for it:
+// zero_grad, forward, cross_entropy_loss plus the model's auxiliary_loss (a mixture of
+// experts' load balancing; the returned loss includes it), backward, optimizer step. Returns the loss without waiting for it:
 // loss.item() synchronises and reports any failure inside the iteration. With `dp`, the
 // gradients are averaged over the ranks (dp->finish()) before the step. A caller whose
 // gradient reduction is its own (DTP) passes hooks: after_forward runs once the forward is

@@ -55,6 +55,10 @@ class Module {
   bool is_training() const { return training_; }
   // zero_grad: clears the gradient of every parameter.
   void zero_grad();
+  // auxiliary_loss: a term the last forward adds to the training loss (a mixture of
+  // experts' load-balancing loss), or undefined when there is none. This one sums the
+  // children's; a module with a term of its own overrides it. train_step adds it.
+  virtual Tensor auxiliary_loss();
 
  protected:
   Module() = default;

@@ -104,6 +104,12 @@ Tensor channel_shuffle(const Tensor& x, int groups);
 // embedding: weight (V, D), indices i32 (...) -> (..., D). An index out of [0, V) is an
 // error at execution.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
+// scatter_add_rows: src (n, D), indices i32 (n) -> (rows, D): row r is the sum of the rows
+// of src whose index is r, added in their order (zeros where none is), so the same inputs
+// give the same bits. The inverse of gathering rows with embedding(x, indices) (which is
+// its gradient); differentiable in src. An index out of [0, rows) is an error at execution.
+// Mixture-of-experts combines each expert's outputs into the token rows with it.
+Tensor scatter_add_rows(const Tensor& src, const Tensor& indices, int64_t rows);
 // dropout: zeroes each element with probability p and scales the rest by 1/(1-p). The
 // mask comes from a counter-based generator keyed by a seed recorded in the op, so a
 // recompute reproduces the same bits. Identity when !training or p == 0.

@@ -53,19 +53,23 @@ Tensor GptAttention::forward(const Tensor& x) {
   return proj->forward(nn::scaled_dot_product_attention(q->forward(x), k->forward(x), v->forward(x), heads, mask));
 }
 
-GptBlock::GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init) {
+GptBlock::GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init, const MoeConfig& moe_config) {
   ln1 = register_module("ln1", std::make_shared<nn::LayerNorm>(dim));
   attn = register_module("attn", std::make_shared<GptAttention>(dim, heads, std::move(mask), init));
   ln2 = register_module("ln2", std::make_shared<nn::LayerNorm>(dim));
-  mlp = register_module("mlp", std::make_shared<nn::TransformerMlp>(dim, 4 * dim, init));
+  if (moe_config.experts > 0) {
+    moe = register_module("moe", std::make_shared<MoeMlp>(dim, 4 * dim, moe_config, init));
+  } else {
+    mlp = register_module("mlp", std::make_shared<nn::TransformerMlp>(dim, 4 * dim, init));
+  }
 }
 
 Tensor GptBlock::forward(const Tensor& x) {
   Tensor y = add(x, attn->forward(ln1->forward(x)));
-  return add(y, mlp->forward(ln2->forward(y)));
+  return add(y, moe ? moe->forward(ln2->forward(y)) : mlp->forward(ln2->forward(y)));
 }
 
-Gpt::Gpt(const GptConfig& c) : config(c) {
+Gpt::Gpt(const GptConfig& c, const MoeConfig& moe_config) : config(c), moe(moe_config) {
   const absl::Status s = c.check();
   MTC_CHECK(s.ok(), "Gpt(", c.describe(), "): ", s.message());
   const nn::NormalInit init;  // std 0.02
@@ -73,9 +77,23 @@ Gpt::Gpt(const GptConfig& c) : config(c) {
   wpe = register_parameter("wpe", nn::parameter({c.seq, c.hidden}, nn::normal_values(c.seq * c.hidden, init.std)));
   mask = nn::causal_mask(c.seq);
   blocks_ = register_module("blocks", std::make_shared<nn::Sequential>());
-  for (int i = 0; i < c.layers; ++i) blocks_->push_back(std::make_shared<GptBlock>(c.hidden, c.heads, mask, init));
+  if (moe.experts > 0) {
+    const absl::Status m = moe.check();
+    MTC_CHECK(m.ok(), "Gpt(", moe.describe(), "): ", m.message());
+  }
+  for (int i = 0; i < c.layers; ++i) {
+    blocks_->push_back(std::make_shared<GptBlock>(c.hidden, c.heads, mask, init, i % 2 == 1 ? moe : MoeConfig{}));
+  }
   ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(c.hidden));
   if (!c.tied_head) lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(c.hidden, c.vocab, init, false));
+}
+
+std::vector<std::shared_ptr<MoeMlp>> Gpt::moe_blocks() const {
+  std::vector<std::shared_ptr<MoeMlp>> out;
+  for (const auto& [name, child] : blocks_->children()) {
+    if (auto* b = dynamic_cast<GptBlock*>(child.get()); b != nullptr && b->moe) out.push_back(b->moe);
+  }
+  return out;
 }
 
 bool token_input_ok(const Tensor& x, int64_t seq, const char* model) {

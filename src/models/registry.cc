@@ -13,10 +13,11 @@ struct Entry {
                 // -3: VGG-16 (Vgg with kVgg16); -4: the GPT language model (Gpt, ModelOptions::gpt);
                 // -5, -6: DenseNet-121 (ImageNet, CIFAR stem); -7, -8: GoogLeNet (ImageNet, CIFAR); -9: UNet;
                 // -10: the LSTM language model (LstmLm, ModelOptions::gpt); -11: TreeLstm (the same);
-                // -12: the SPOS supernet (SposSupernet)
+                // -12: the SPOS supernet (SposSupernet); -13: moe_gpt (Gpt with ModelOptions::moe)
 };
 constexpr int kVgg16Kind = -3, kGptKind = -4, kDenseNet = -5, kDenseNetCifar = -6, kGoogLeNet = -7,
-              kGoogLeNetCifar = -8, kUNet = -9, kLstmKind = -10, kTreeLstmKind = -11, kSpos = -12;
+              kGoogLeNetCifar = -8, kUNet = -9, kLstmKind = -10, kTreeLstmKind = -11, kSpos = -12,
+              kMoeGptKind = -13;
 constexpr int64_t kUNetWidth = 32;  // the common PyTorch port's 64 halved, for CIFAR-sized inputs
 // imagenet_layout: kinds whose stem downsamples by 4 before the body, sized 224 by default.
 constexpr bool imagenet_layout(int kind) { return kind == 0 || kind == kDenseNet || kind == kGoogLeNet; }
@@ -26,7 +27,7 @@ constexpr Entry kModels[] = {
     {"vit_tiny", -2},  {"vgg16", kVgg16Kind}, {"gpt", kGptKind},
     {"densenet121", kDenseNet}, {"densenet121_cifar", kDenseNetCifar},
     {"googlenet", kGoogLeNet},  {"googlenet_cifar", kGoogLeNetCifar}, {"unet", kUNet},
-    {"lstm", kLstmKind}, {"treelstm", kTreeLstmKind}, {"spos", kSpos},
+    {"lstm", kLstmKind}, {"treelstm", kTreeLstmKind}, {"spos", kSpos}, {"moe_gpt", kMoeGptKind},
 };
 
 }  // namespace
@@ -37,10 +38,18 @@ std::vector<std::string> model_names() {
   return out;
 }
 
-bool is_language_model(const std::string& name) { return name == "gpt" || name == "lstm" || name == "treelstm"; }
+bool is_language_model(const std::string& name) {
+  return name == "gpt" || name == "moe_gpt" || name == "lstm" || name == "treelstm";
+}
+
+MoeConfig moe_gpt_config(const ModelOptions& o) {
+  MoeConfig c = o.moe;
+  if (c.experts == 0) c.experts = 4;
+  return c;
+}
 
 std::string describe_language_model(const std::string& name, const GptConfig& c) {
-  if (name == "gpt") return c.describe();
+  if (name == "gpt" || name == "moe_gpt") return c.describe();
   const std::string rest = absl::StrCat("hidden ", c.hidden, ", seq ", c.seq, ", vocab ", c.vocab);
   return name == "lstm" ? absl::StrCat(c.layers, " layers, ", rest) : rest;
 }
@@ -62,8 +71,10 @@ absl::StatusOr<Shape> input_shape(const std::string& name, const ModelOptions& o
   absl::StatusOr<const Entry*> entry = find(name);
   if (!entry.ok()) return entry.status();
   const int kind = (*entry)->cifar_n;
-  if (kind == kGptKind || kind == kLstmKind || kind == kTreeLstmKind) {  // T token ids; the classes are the vocabulary
-    MTC_RETURN_IF_ERROR(o.gpt.check(/*attention=*/kind == kGptKind));
+  if (kind == kGptKind || kind == kMoeGptKind || kind == kLstmKind ||
+      kind == kTreeLstmKind) {  // T token ids; the classes are the vocabulary
+    MTC_RETURN_IF_ERROR(o.gpt.check(/*attention=*/kind == kGptKind || kind == kMoeGptKind));
+    if (kind == kMoeGptKind) MTC_RETURN_IF_ERROR(moe_gpt_config(o).check());
     return Shape{o.gpt.seq};
   }
   if (o.num_classes < 1) {
@@ -106,6 +117,10 @@ absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o)
   m.sample_shape = *shape;
   if (entry.cifar_n == kGptKind) {
     m.net = std::make_shared<Gpt>(o.gpt);
+    return m;
+  }
+  if (entry.cifar_n == kMoeGptKind) {
+    m.net = std::make_shared<Gpt>(o.gpt, moe_gpt_config(o));
     return m;
   }
   if (entry.cifar_n == kLstmKind) {

@@ -13,6 +13,7 @@ absl::StatusOr<Tensor> train_step(nn::Module& net, optim::Optimizer& opt, const 
   opt.zero_grad();
   interp->mark("forward");
   Tensor loss = cross_entropy_loss(net.forward(batch.images), batch.labels);
+  if (Tensor aux = net.auxiliary_loss(); aux.defined()) loss = add(loss, aux);  // MoE's load balancing
   if (hooks && hooks->after_forward) MTC_RETURN_IF_ERROR(hooks->after_forward());
   interp->mark("backward");
   MTC_RETURN_IF_ERROR(loss.backward());

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mtc/nn.h"
+#include "mtc/ops.h"
 #include "mtc/runtime.h"
 #include "mtc/status.h"
 
@@ -66,6 +67,15 @@ void Module::train(bool on) {
 
 void Module::zero_grad() {
   for (Tensor& p : parameters()) p.set_grad(Tensor());
+}
+
+Tensor Module::auxiliary_loss() {
+  Tensor total;
+  for (const auto& [name, child] : children_) {
+    Tensor t = child->auxiliary_loss();
+    if (t.defined()) total = total.defined() ? add(total, t) : t;
+  }
+  return total;
 }
 
 // ---- Sequential ----

@@ -74,12 +74,25 @@ absl::Status EmbeddingGradOp::infer(std::span<const TensorDesc> in, std::vector<
   return absl::OkStatus();
 }
 
+absl::StatusOr<TensorList> EmbeddingGradOp::backward(const BackwardArgs& a) const {
+  const Tensor& dw = a.grad_outputs[0];
+  TensorList g(2);  // indices get no gradient
+  if (!dw.defined() || !a.needs_input_grad[1]) return g;
+  auto gather = masked() ? std::make_shared<EmbeddingOp>(offset, global_vocab) : std::make_shared<EmbeddingOp>();
+  g[1] = call1(gather, {dw, a.inputs[0]});
+  return g;
+}
+
 std::string EmbeddingGradOp::attrs() const {
   return masked() ? absl::StrCat("V=", vocab, " rows=", offset, "+ of ", global_vocab) : absl::StrCat("V=", vocab);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return call1(std::make_shared<EmbeddingOp>(), {weight, indices});
+}
+
+Tensor scatter_add_rows(const Tensor& src, const Tensor& indices, int64_t rows) {
+  return call1(std::make_shared<EmbeddingGradOp>(rows), {indices, src});
 }
 
 }  // namespace mtc

@@ -38,12 +38,15 @@ struct EmbeddingOp final : OpDef {
 // EmbeddingGradOp: indices i32 (...), dy f32 (..., D) -> dweight (V, D), where row v
 // sums the rows of dy whose index is offset + v, in the order they appear. With
 // global_vocab >= 0 (a vocabulary shard), indices outside [offset, offset + V) add nothing.
+// Also scatter_add_rows (V = rows). Its gradient in dy gathers the rows back: an
+// EmbeddingOp of the same shard.
 struct EmbeddingGradOp final : OpDef {
   MTC_OP_SCHEMA("embedding_grad")
   explicit EmbeddingGradOp(int64_t vocab, int64_t offset = 0, int64_t global_vocab = -1)
       : vocab(vocab), offset(offset), global_vocab(global_vocab) {}
   absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
-  bool differentiable() const override { return false; }
+  absl::StatusOr<TensorList> backward(const BackwardArgs& a) const override;
+  uint64_t saves_inputs() const override { return 0b01; }  // indices only
   std::string attrs() const override;
   bool masked() const { return global_vocab >= 0; }
   int64_t vocab;  // V

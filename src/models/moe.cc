@@ -1,0 +1,113 @@
+// Mixture of experts: MoeConfig, the router's top-k routing with a capacity (moe_route),
+// the load-balancing loss (moe_aux_loss) and MoeMlp, the layer that moe_gpt puts in every
+// other block. docs/dynamic-models.md, "Mixture of experts".
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "mtc/models.h"
+#include "mtc/ops.h"
+#include "mtc/status.h"
+
+namespace mtc::models {
+
+absl::Status MoeConfig::check() const {
+  auto bad = [](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("moe ", what)); };
+  if (experts < 2) return bad(absl::StrCat("experts ", experts, ": expected >= 2"));
+  if (top_k != 1 && top_k != 2) return bad(absl::StrCat("top_k ", top_k, ": expected 1 (Switch) or 2 (GShard)"));
+  if (!(capacity_factor > 0) || !std::isfinite(capacity_factor)) {
+    return bad(absl::StrCat("capacity factor ", capacity_factor, ": expected a number > 0"));
+  }
+  if (!(aux_alpha >= 0) || !std::isfinite(aux_alpha)) {
+    return bad(absl::StrCat("aux alpha ", aux_alpha, ": expected a number >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+std::string MoeConfig::describe() const {
+  return absl::StrCat(experts, " experts, top-", top_k, ", ",
+                      dropless ? std::string("dropless") : absl::StrCat("capacity factor ", capacity_factor),
+                      ", aux ", aux_alpha);
+}
+
+MoeAssignment moe_route(std::span<const float> probs, int64_t tokens, const MoeConfig& c) {
+  const int e = c.experts, k = c.top_k;
+  MTC_CHECK(e >= 1 && k >= 1 && k <= e && static_cast<int64_t>(probs.size()) == tokens * e,
+            "moe_route: ", probs.size(), " probabilities for ", tokens, " tokens of ", e, " experts, top-", k);
+  MoeAssignment a;
+  a.tokens.resize(static_cast<size_t>(e));
+  a.first_share.assign(static_cast<size_t>(e), 0.0);
+  a.capacity = c.dropless ? 0
+                          : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(c.capacity_factor * k *
+                                                                                  static_cast<double>(tokens) / e)));
+  // choice[t * k + j]: token t's j-th expert, by probability, the lower expert on a tie.
+  std::vector<int> choice(static_cast<size_t>(tokens * k));
+  std::vector<int> order(static_cast<size_t>(e));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* p = probs.data() + t * e;
+    for (int i = 0; i < e; ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int x, int y) { return p[x] > p[y] || (p[x] == p[y] && x < y); });
+    for (int j = 0; j < k; ++j) choice[t * k + j] = order[j];
+    a.first_share[order[0]] += 1.0 / static_cast<double>(tokens);
+  }
+  // First choices before second ones, each in token order, as GShard fills its buffers.
+  for (int j = 0; j < k; ++j) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int32_t>& taken = a.tokens[choice[t * k + j]];
+      if (!c.dropless && static_cast<int64_t>(taken.size()) >= a.capacity) {
+        ++a.dropped;
+        continue;
+      }
+      taken.push_back(static_cast<int32_t>(t));
+    }
+  }
+  return a;
+}
+
+Tensor moe_aux_loss(const Tensor& probs, std::span<const double> first_share, float alpha) {
+  const int64_t e = static_cast<int64_t>(first_share.size());
+  std::vector<float> f(first_share.begin(), first_share.end());
+  const Tensor p_mean = mean(probs, {0});  // P_i, (E)
+  return scale(sum(mul(p_mean, from_vector({e}, f))), alpha * static_cast<float>(e));
+}
+
+MoeMlp::MoeMlp(int64_t dim, int64_t hidden, const MoeConfig& c, nn::NormalInit init) : config(c) {
+  const absl::Status s = c.check();
+  MTC_CHECK(s.ok(), "MoeMlp(", c.describe(), "): ", s.message());
+  router = register_module("router", std::make_shared<nn::Linear>(dim, c.experts, init, false));
+  for (int i = 0; i < c.experts; ++i) {
+    experts.push_back(
+        register_module(absl::StrCat("experts.", i), std::make_shared<nn::TransformerMlp>(dim, hidden, init)));
+  }
+}
+
+Tensor MoeMlp::forward(const Tensor& x) {
+  if (!x.defined() || x.poisoned() || x.ndim() < 1) return x;
+  const int64_t d = x.dim(x.ndim() - 1), e = config.experts;
+  const Tensor flat = reshape(x, {-1, d});  // (T, D)
+  const int64_t t = flat.dim(0);
+  const Tensor probs = softmax(router->forward(flat), 1);  // (T, E)
+  // The routing is decided on the host: the token counts are the shapes of what follows.
+  absl::StatusOr<std::vector<float>> p = probs.to_vector();
+  if (!p.ok()) return x;  // the failure is recorded; the loss reports it
+  routing_ = moe_route(*p, t, config);
+  aux_ = moe_aux_loss(probs, routing_.first_share, config.aux_alpha);
+  const Tensor gates = reshape(probs, {t * e, 1});
+  Tensor out;
+  for (int64_t i = 0; i < e; ++i) {
+    const std::vector<int32_t>& rows = routing_.tokens[i];
+    const int64_t n = static_cast<int64_t>(rows.size());
+    std::vector<int32_t> gate_rows(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) gate_rows[r] = static_cast<int32_t>(rows[r] * e + i);
+    // An expert with no tokens still runs on (0, D), so that it has a (zero) gradient.
+    const Tensor h = experts[i]->forward(embedding(flat, from_vector_i32({n}, rows)));
+    const Tensor y = mul(h, embedding(gates, from_vector_i32({n}, gate_rows)));  // (n, D) * (n, 1)
+    const Tensor back = scatter_add_rows(y, from_vector_i32({n}, rows), t);
+    out = out.defined() ? add(out, back) : back;
+  }
+  const Shape shape = x.shape();
+  return reshape(out, shape);
+}
+
+}  // namespace mtc::models
