@@ -79,6 +79,10 @@ ABSL_FLAG(FlagText, moe_capacity, {"1.25"},
           "--model moe_gpt: capacity factor: an expert takes at most ceil(factor * top_k * tokens / experts) tokens "
           "of a batch, the overflow passing through the residual (> 0)");
 ABSL_FLAG(bool, moe_dropless, false, "--model moe_gpt: no capacity: every token reaches its experts");
+ABSL_FLAG(FlagText, moe_bucket, {"0"},
+          "--model moe_gpt: run each expert on its token count rounded up to a multiple of this (at most the "
+          "capacity), so that shapes recur and TMA plans them; >= the capacity: every expert on exactly the "
+          "capacity; 0: the exact counts");
 ABSL_FLAG(FlagText, moe_aux_alpha, {"0.01"},
           "--model moe_gpt: weight of the load-balancing loss alpha * E * sum_i f_i * P_i added to the loss (>= 0)");
 ABSL_FLAG(std::string, spos_path, "",
@@ -347,7 +351,8 @@ void read_gpt_flags(Flags& f) {
 
 // read_moe_flags: --moe_*, with --model moe_gpt only.
 void read_moe_flags(Flags& f) {
-  const char* const names[] = {"moe_experts", "moe_top_k", "moe_capacity", "moe_dropless", "moe_aux_alpha"};
+  const char* const names[] = {"moe_experts", "moe_top_k", "moe_capacity", "moe_dropless", "moe_aux_alpha",
+                               "moe_bucket"};
   for (const char* name : names) {
     if (f.model != "moe_gpt" && cli::given(name)) {
       fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model,
@@ -362,6 +367,7 @@ void read_moe_flags(Flags& f) {
   if (f.moe.capacity_factor == 0) fail(kBadValue, "--moe_capacity '" + capacity.text + "': expected a number > 0");
   f.moe.aux_alpha = static_cast<float>(value_or_exit(real_flag("moe_aux_alpha", absl::GetFlag(FLAGS_moe_aux_alpha))));
   f.moe.dropless = absl::GetFlag(FLAGS_moe_dropless);
+  f.moe.bucket = value_or_exit(int_flag("moe_bucket", absl::GetFlag(FLAGS_moe_bucket), 0, 1 << 30));
   if (f.moe.dropless && cli::given("moe_capacity")) {
     fail(kBadValue, "--moe_capacity with --moe_dropless: a dropless MoE has no capacity; expected one of them");
   }
@@ -1018,14 +1024,16 @@ int run(const Flags& f, Input input) {
       if (spos != nullptr) out(" | path %s", absl::StrJoin(spos->path(), ",").c_str());  // the last iteration's
       if (moe_gpt != nullptr) {  // the last iteration's routing: tokens per expert in each MoE block, and drops
         std::vector<std::string> blocks;
-        int64_t dropped = 0;
+        int64_t dropped = 0, padded = 0;
         for (const auto& b : moe_gpt->moe_blocks()) {
           std::vector<int64_t> n;
           for (const auto& tk : b->routing().tokens) n.push_back(static_cast<int64_t>(tk.size()));
           blocks.push_back(absl::StrJoin(n, ","));
           dropped += b->routing().dropped;
+          padded += b->routing().padded;
         }
         out(" | experts %s dropped %lld", absl::StrJoin(blocks, " ").c_str(), static_cast<long long>(dropped));
+        if (f.moe.bucket > 0) out(" padded %lld", static_cast<long long>(padded));
       }
       out("\n");
       std::fflush(stdout);

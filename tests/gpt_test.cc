@@ -521,6 +521,17 @@ TEST_F(MtcTrainModels, TrainsTheMoeGptAndShowsItsRouting) {
               "--moe_dropless");
   EXPECT_NE(out.find("MoE: 2 experts, top-2, dropless, aux 0.01"), std::string::npos) << out;
   EXPECT_NE(out.find(" | experts 64,64 dropped 0"), std::string::npos) << out;  // top-2 of 2: every token twice
+  // Padded to the capacity: each expert runs on 20 rows, the tokens it took and padding.
+  out = train("--model=moe_gpt --batch=4 --iterations=2 --warmup=0 --log_every=1 --moe_bucket=1000");
+  EXPECT_NE(out.find("aux 0.01, bucket 1000 in 1 of 2 blocks"), std::string::npos) << out;
+  const size_t at = out.find("iter 2 ");
+  ASSERT_NE(at, std::string::npos) << out;
+  int a = 0, b = 0, c = 0, d = 0, dropped = 0, padded = 0;
+  ASSERT_EQ(std::sscanf(out.c_str() + out.find(" | experts ", at), " | experts %d,%d,%d,%d dropped %d padded %d", &a, &b,
+                        &c, &d, &dropped, &padded),
+            6)
+      << out;
+  EXPECT_EQ(a + b + c + d + padded, 4 * 20) << out;
 }
 
 TEST_F(MtcTrainModels, BadMoeFlags) {
@@ -530,6 +541,7 @@ TEST_F(MtcTrainModels, BadMoeFlags) {
   expect_bad("--model=moe_gpt --moe_capacity=0", "--moe_capacity '0': expected a number > 0");
   expect_bad("--model=moe_gpt --moe_aux_alpha=-1", "--moe_aux_alpha '-1': expected a number >= 0");
   expect_bad("--model=moe_gpt --moe_dropless --moe_capacity=2", "--moe_capacity with --moe_dropless");
+  expect_bad("--model=moe_gpt --moe_bucket=-1", "--moe_bucket '-1'");
   expect_bad("--model=moe_gpt --heads=5", "--heads 5 does not divide --hidden 64");
 }
 

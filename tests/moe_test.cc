@@ -112,7 +112,9 @@ TEST(MoeMlp, MatchesATokenByTokenReference) {
   auto rt = make_test_runtime();
   for (MoeConfig c : {MoeConfig{.experts = 4}, MoeConfig{.experts = 4, .top_k = 2},
                       MoeConfig{.experts = 4, .top_k = 2, .capacity_factor = 0.5},
-                      MoeConfig{.experts = 3, .dropless = true}}) {
+                      MoeConfig{.experts = 3, .dropless = true},
+                      MoeConfig{.experts = 4, .top_k = 2, .bucket = 5},
+                      MoeConfig{.experts = 3, .dropless = true, .bucket = 4}}) {
     SCOPED_TRACE(c.describe());
     models::MoeMlp moe(8, 16, c, nn::NormalInit{0.3f});
     const Tensor x = from_vector({12, 8}, random_values(96, 3));
@@ -126,7 +128,23 @@ TEST(MoeMlp, MatchesATokenByTokenReference) {
     if (c.capacity_factor < 1) {
       EXPECT_GT(moe.routing().dropped, 0);
     }
+    if (c.bucket > 0) {
+      EXPECT_GT(moe.routing().padded, 0);
+    }
   }
+}
+
+// Bucketing: a count rounds up to a multiple of the bucket, at least one bucket, and with
+// a capacity at most C; a bucket as large as C gives every expert C rows.
+TEST(MoeConfig, BucketedRows) {
+  const MoeConfig c{.experts = 4, .bucket = 8};
+  EXPECT_EQ(c.rows(0, 0), 8);
+  EXPECT_EQ(c.rows(8, 0), 8);
+  EXPECT_EQ(c.rows(9, 0), 16);
+  EXPECT_EQ(c.rows(9, 12), 12);
+  EXPECT_EQ(MoeConfig{.experts = 4}.rows(9, 12), 9);
+  const MoeConfig full{.experts = 4, .bucket = 1 << 20};
+  for (int64_t n : {0, 1, 7, 20}) EXPECT_EQ(full.rows(n, 20), 20);
 }
 
 // Gradients of loss = sum(y * w) in the input, the router and an expert's first weight,
@@ -277,9 +295,10 @@ TEST(MoeGpt, LossFallsTopOneAndTopTwo) {
 
 // Under DTE at 40% of the unlimited peak, alone and with TMA, moe_gpt trains with the
 // unlimited run's losses and final weights, bit for bit (batch 64, where the activations
-// outweigh the parameters and AdamW's state).
-TEST(MoeGpt, TrainsUnderABudgetAndTmaBitForBit) {
-  const MoeConfig c{.experts = 4, .top_k = 2};
+// outweigh the parameters and AdamW's state). With exact token counts no iteration's
+// shapes recur, so TMA plans nothing; with every expert padded to its capacity
+// (bucket >= C) they all recur, and TMA places requests at planned offsets.
+void budget_and_tma_bit_for_bit(const MoeConfig& c) {
   EvictOptions none;
   none.policy = EvictPolicy::kNone;
   const MoeRun ref = train_moe_gpt(c, 8, 64, none);
@@ -298,7 +317,22 @@ TEST(MoeGpt, TrainsUnderABudgetAndTmaBitForBit) {
     EXPECT_GT(got.evict.evict_drop + got.evict.evict_swap, 0u);
     EXPECT_EQ(got.losses, ref.losses);
     EXPECT_EQ(got.weights, ref.weights);
+    if (tma) {
+      if (c.bucket > 0) {
+        EXPECT_GT(got.tma.hits, 0u);
+      } else {
+        EXPECT_EQ(got.tma.hits, 0u);
+      }
+    }
   }
+}
+
+TEST(MoeGpt, TrainsUnderABudgetAndTmaBitForBit) {
+  budget_and_tma_bit_for_bit({.experts = 4, .top_k = 2});
+}
+
+TEST(MoeGpt, TrainsUnderABudgetAndTmaBitForBitWithBuckets) {
+  budget_and_tma_bit_for_bit({.experts = 4, .top_k = 2, .bucket = 1 << 20});
 }
 
 TEST(MoeConfig, CheckNamesTheFieldAndWhatWasExpected) {
@@ -307,6 +341,7 @@ TEST(MoeConfig, CheckNamesTheFieldAndWhatWasExpected) {
   EXPECT_NE(message({.experts = 4, .top_k = 3}).find("top_k 3: expected 1 (Switch) or 2 (GShard)"), std::string::npos);
   EXPECT_NE(message({.experts = 4, .capacity_factor = 0}).find("capacity factor 0"), std::string::npos);
   EXPECT_NE(message({.experts = 4, .aux_alpha = -1}).find("aux alpha -1"), std::string::npos);
+  EXPECT_NE(message({.experts = 4, .bucket = -1}).find("bucket -1: expected >= 0"), std::string::npos);
   EXPECT_EQ(message({.experts = 2, .top_k = 2}), "");
 }
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -196,16 +197,23 @@ class GptAttention final : public nn::Module {
 // forward's T tokens, first choices before second ones, each in token order; a choice
 // beyond C is dropped (it adds nothing: the block's residual carries the token on).
 // dropless: no capacity, no drops. aux_alpha: the load-balancing loss's weight.
+// bucket: an expert runs on its token count rounded up to a multiple of bucket (at least
+// one bucket; with a capacity, at most C), the extra rows a token's copy whose output is
+// multiplied by 0, so that the shapes, and TMA's iteration signatures, recur; bucket >= C
+// gives every expert exactly C rows, GShard's fixed buffers. 0: the exact counts.
 struct MoeConfig {
   int experts = 0;
   int top_k = 1;
   double capacity_factor = 1.25;
   bool dropless = false;
   float aux_alpha = 0.01f;
+  int64_t bucket = 0;
   // check: experts >= 2, top_k 1 or 2 and at most experts, capacity_factor > 0, aux_alpha
-  // >= 0; InvalidArgument naming the field and what was expected otherwise.
+  // >= 0, bucket >= 0; InvalidArgument naming the field and what was expected otherwise.
   absl::Status check() const;
   std::string describe() const;  // "4 experts, top-1, capacity factor 1.25, aux 0.01"
+  // rows: the rows an expert that takes n tokens runs on (n rounded up by bucket).
+  int64_t rows(int64_t n, int64_t capacity) const;
 };
 // MoeAssignment: the routing of one forward.
 struct MoeAssignment {
@@ -213,6 +221,7 @@ struct MoeAssignment {
   std::vector<double> first_share;           // f_i: the share of tokens whose first choice is i
   int64_t dropped = 0;                       // choices beyond the capacity
   int64_t capacity = 0;                      // C; 0 when dropless
+  int64_t padded = 0;                        // rows run beyond the tokens (MoeConfig::bucket)
 };
 // moe_route: the routing of `tokens` tokens from their router probabilities (tokens x E,
 // row-major), by MoeConfig's rules; ties go to the lower expert.
@@ -233,7 +242,9 @@ class MoeMlp final : public nn::Module {
  public:
   MoeMlp(int64_t dim, int64_t hidden, const MoeConfig& c, nn::NormalInit init = {});
   Tensor forward(const Tensor& x) override;  // (..., D) -> (..., D)
-  Tensor auxiliary_loss() override { return aux_; }  // the last forward's moe_aux_loss
+  // auxiliary_loss: the last forward's moe_aux_loss, handed over: the module keeps no
+  // reference, so the term's graph holds no activations past the step.
+  Tensor auxiliary_loss() override { return std::exchange(aux_, Tensor()); }
   std::string type_name() const override { return "MoeMlp"; }
   const MoeAssignment& routing() const { return routing_; }  // the last forward's
   MoeConfig config;

@@ -57,7 +57,9 @@ class Module {
   void zero_grad();
   // auxiliary_loss: a term the last forward adds to the training loss (a mixture of
   // experts' load-balancing loss), or undefined when there is none. This one sums the
-  // children's; a module with a term of its own overrides it. train_step adds it.
+  // children's; a module with a term of its own overrides it, and hands the term over (a
+  // second call returns none), so that the module holds no graph past the step.
+  // train_step adds it.
   virtual Tensor auxiliary_loss();
 
  protected:

@@ -21,13 +21,20 @@ absl::Status MoeConfig::check() const {
   if (!(aux_alpha >= 0) || !std::isfinite(aux_alpha)) {
     return bad(absl::StrCat("aux alpha ", aux_alpha, ": expected a number >= 0"));
   }
+  if (bucket < 0) return bad(absl::StrCat("bucket ", bucket, ": expected >= 0 (0: exact token counts)"));
   return absl::OkStatus();
+}
+
+int64_t MoeConfig::rows(int64_t n, int64_t capacity) const {
+  if (bucket <= 0) return n;
+  const int64_t r = std::max<int64_t>(1, (n + bucket - 1) / bucket) * bucket;
+  return capacity > 0 ? std::min(r, std::max(n, capacity)) : r;
 }
 
 std::string MoeConfig::describe() const {
   return absl::StrCat(experts, " experts, top-", top_k, ", ",
                       dropless ? std::string("dropless") : absl::StrCat("capacity factor ", capacity_factor),
-                      ", aux ", aux_alpha);
+                      ", aux ", aux_alpha, bucket > 0 ? absl::StrCat(", bucket ", bucket) : "");
 }
 
 MoeAssignment moe_route(std::span<const float> probs, int64_t tokens, const MoeConfig& c) {
@@ -93,17 +100,25 @@ Tensor MoeMlp::forward(const Tensor& x) {
   if (!p.ok()) return x;  // the failure is recorded; the loss reports it
   routing_ = moe_route(*p, t, config);
   aux_ = moe_aux_loss(probs, routing_.first_share, config.aux_alpha);
-  const Tensor gates = reshape(probs, {t * e, 1});
+  // The gates (T * E, 1), and with bucketing a last row of 0 for the padding rows.
+  Tensor gates = reshape(probs, {t * e, 1});
+  if (config.bucket > 0) gates = concat(std::vector<Tensor>{gates, zeros({1, 1})}, 0);
   Tensor out;
+  routing_.padded = 0;
   for (int64_t i = 0; i < e; ++i) {
-    const std::vector<int32_t>& rows = routing_.tokens[i];
-    const int64_t n = static_cast<int64_t>(rows.size());
-    std::vector<int32_t> gate_rows(rows.size());
-    for (size_t r = 0; r < rows.size(); ++r) gate_rows[r] = static_cast<int32_t>(rows[r] * e + i);
-    // An expert with no tokens still runs on (0, D), so that it has a (zero) gradient.
-    const Tensor h = experts[i]->forward(embedding(flat, from_vector_i32({n}, rows)));
-    const Tensor y = mul(h, embedding(gates, from_vector_i32({n}, gate_rows)));  // (n, D) * (n, 1)
-    const Tensor back = scatter_add_rows(y, from_vector_i32({n}, rows), t);
+    // Padding rows (MoeConfig::bucket) repeat token 0 with the gate 0: they add 0 to its
+    // output row and nothing to any gradient. An expert with no tokens and no bucket still
+    // runs, on (0, D), so that it has a (zero) gradient.
+    std::vector<int32_t> rows = routing_.tokens[i];
+    const int64_t n = static_cast<int64_t>(rows.size()), m = config.rows(n, routing_.capacity);
+    std::vector<int32_t> gate_rows(static_cast<size_t>(m), static_cast<int32_t>(t * e));
+    for (int64_t r = 0; r < n; ++r) gate_rows[r] = static_cast<int32_t>(rows[r] * e + i);
+    rows.resize(static_cast<size_t>(m), 0);
+    routing_.padded += m - n;
+    const Tensor index = from_vector_i32({m}, rows);
+    const Tensor h = experts[i]->forward(embedding(flat, index));
+    const Tensor y = mul(h, embedding(gates, from_vector_i32({m}, gate_rows)));  // (m, D) * (m, 1)
+    const Tensor back = scatter_add_rows(y, index, t);
     out = out.defined() ? add(out, back) : back;
   }
   const Shape shape = x.shape();
