@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # How much larger a batch DTE lets through a fixed arena: the largest batch of CIFAR
-# ResNet-110 for which mtc-train completes two iterations (--warmup 1 --iterations 1),
-# first with --evict_policy=none (no eviction), then with --evict_policy=mtc and no
-# --budget (evict only when an allocation does not fit the compute region). Each search
-# doubles the batch until a run fails, then bisects between the last success and that
-# failure until they are within --resolution percent of each other (2; 0 bisects to the
-# exact batch); the mtc search starts at the no-eviction maximum. A run counts as completed
-# when it exits 0 with a summary line; out of memory, any other failure and a run past
-# --run-timeout count as not completed (failures other than out of memory are reported).
-# Prints both maxima and their ratio, PASS when mtc/none >= 4.
+# ResNet-110 for which mtc-train completes 1 + --iterations iterations (--warmup 1,
+# --iterations 1 by default), under each of --policies in turn: none (no eviction) first,
+# then by default mtc, with no --budget (evict only when an allocation does not fit the
+# compute region). A policy P+tma adds --tma with --tma_warmup 2 (TMA plans an iteration
+# shape at its second sighting, so it takes effect from the third iteration: give it
+# --iterations 4 or more). Each search doubles the batch until a run fails, then bisects
+# between the last success and that failure until they are within --resolution percent of
+# each other (2; 0 bisects to the exact batch); the searches after none's start at its
+# maximum. A run counts as completed when it exits 0 with a summary line; out of memory,
+# any other failure and a run past --run-timeout count as not completed (failures other
+# than out of memory are reported). Prints each maximum, its samples/s (of that run's
+# timed iterations) and its ratio to none's; PASS when the last policy's ratio >= 4.
 # Exit: 0 PASS, 1 FAIL, 2 usage error or batch 1 does not complete without eviction.
 set -euo pipefail
 
@@ -16,11 +19,13 @@ usage() {
   cat <<EOF
 usage: $0 [MTC_TRAIN] [--model resnet110] [--memory 1GiB] [--comm_memory auto] [--threads 2]
           [--seed 0] [--max-batch 4096] [--run-timeout 600] [--resolution 2]
-          [-- MTC_TRAIN_FLAGS...]
+          [--policies "none mtc"] [--iterations 1] [-- MTC_TRAIN_FLAGS...]
 MTC_TRAIN defaults to build/launch/mtc-train. --max-batch caps both searches (a maximum
 at the cap is a lower bound). --run-timeout is in seconds per mtc-train run. Bisection
 stops once the failing batch is within --resolution percent above the largest success.
-Flags after -- go to every run. TARGET (default 4) is the smallest passing ratio mtc/none.
+--policies: none first, then any of none|mtc|dtr|lru|largest|capuchin, each optionally +tma.
+Flags after -- go to every run. TARGET (default 4) is the smallest passing ratio of the last
+policy to none.
 EOF
 }
 
@@ -28,12 +33,12 @@ cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train
 model=resnet110 memory=1GiB comm_memory=auto threads=2 seed=0 max_batch=4096 run_timeout=600
-resolution=2
+resolution=2 policies="none mtc" iterations=1
 extra=()
 target=${TARGET:-4}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --model|--memory|--comm_memory|--threads|--seed|--max-batch|--run-timeout|--resolution)
+    --model|--memory|--comm_memory|--threads|--seed|--max-batch|--run-timeout|--resolution|--policies|--iterations)
       [ $# -ge 2 ] || { echo "$1 needs a value" >&2; usage >&2; exit 2; }
       v=${1#--}; declare "${v//-/_}=$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -42,27 +47,37 @@ while [ $# -gt 0 ]; do
     *) mtc_train=$1; shift ;;
   esac
 done
-for n in threads max_batch run_timeout; do
+for n in threads max_batch run_timeout iterations; do
   [[ ${!n} =~ ^[1-9][0-9]*$ ]] || { echo "--${n//_/-} must be a positive integer, got '${!n}'" >&2; exit 2; }
 done
 [[ $resolution =~ ^[0-9]+$ ]] || { echo "--resolution must be a whole number of percent, got '$resolution'" >&2; exit 2; }
 need_mtc_train "$mtc_train"
+read -r -a policy_list <<<"$policies"
+if [ "${#policy_list[@]}" -lt 2 ] || [ "${policy_list[0]}" != none ]; then
+  echo "--policies '$policies': expected none first, then at least one policy to compare with it" >&2
+  exit 2
+fi
+for p in "${policy_list[@]:1}"; do
+  [[ ${p%+tma} =~ ^(none|mtc|dtr|lru|largest|capuchin)$ ]] ||
+    { echo "--policies: unknown policy '$p': expected none|mtc|dtr|lru|largest|capuchin, each optionally +tma" >&2; exit 2; }
+done
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 common=(--model "$model" --memory "$memory" --comm_memory "$comm_memory" --threads "$threads"
-        --seed "$seed" --iterations 1 --warmup 1 --data synthetic "${extra[@]}")
+        --seed "$seed" --iterations "$iterations" --warmup 1 --data synthetic "${extra[@]}")
 export OMP_NUM_THREADS=$threads
 other_failures=0
 
 # completes POLICY BATCH: status 0 when two iterations at BATCH complete under POLICY;
 # one progress line on stderr either way.
 completes() {
-  local policy=$1 batch=$2 rc=0 kind t0=$SECONDS log=$logs/$1-$2.log
-  run_logged "$log" timeout "$run_timeout" "$mtc_train" "${common[@]}" --batch "$batch" \
-    --evict_policy="$policy" || rc=$?
+  local policy=$1 batch=$2 rc=0 kind t0=$SECONDS log=$logs/$1-$2.log flags
+  flags=(--evict_policy="${policy%+tma}")
+  [ "$policy" = "${policy%+tma}" ] || flags+=(--tma --tma_warmup=2)
+  run_logged "$log" timeout "$run_timeout" "$mtc_train" "${common[@]}" --batch "$batch" "${flags[@]}" || rc=$?
   if [ "$rc" = 0 ] && summary_line "$log" >/dev/null; then
-    printf '  %-5s batch %5d: ok (%d s)\n' "$policy" "$batch" $((SECONDS - t0)) >&2
+    printf '  %-8s batch %5d: ok (%d s)\n' "$policy" "$batch" $((SECONDS - t0)) >&2
     return 0
   fi
   if [ "$rc" = 124 ]; then
@@ -73,7 +88,7 @@ completes() {
     kind=$(failure_kind "$rc" "$log")
     [ "$kind" = OOM ] || kind="FAIL (exit $rc)"
   fi
-  printf '  %-5s batch %5d: %s (%d s)\n' "$policy" "$batch" "$kind" $((SECONDS - t0)) >&2
+  printf '  %-8s batch %5d: %s (%d s)\n' "$policy" "$batch" "$kind" $((SECONDS - t0)) >&2
   if [ "$kind" != OOM ]; then
     show_tail "  $policy at batch $batch did not run out of memory but failed" "$log"
     other_failures=$((other_failures + 1))
@@ -106,8 +121,8 @@ largest() {
   largest_failed=$hi
 }
 
-echo "$model, --memory $memory, --comm_memory $comm_memory, $threads threads; 2 iterations per run;" \
-     "batch capped at $max_batch" >&2
+echo "$model, --memory $memory, --comm_memory $comm_memory, $threads threads; $((iterations + 1)) iterations per" \
+     "run; batch capped at $max_batch" >&2
 largest none 1
 none_max=$largest_result none_failed=$largest_failed
 if [ "$none_max" = 0 ]; then
@@ -115,8 +130,11 @@ if [ "$none_max" = 0 ]; then
        "$(tail -n 1 "$logs/none-1.log")" >&2
   exit 2
 fi
-largest mtc "$none_max"
-mtc_max=$largest_result mtc_failed=$largest_failed
+maxima=("$none_max") failed=("$none_failed")
+for p in "${policy_list[@]:1}"; do
+  largest "$p" "$none_max"
+  maxima+=("$largest_result") failed+=("$largest_failed")
+done
 
 # show MAX FAILED: the maximum, marked when it is the cap (a lower bound), and the
 # smallest batch that failed when that is more than one above it.
@@ -126,13 +144,19 @@ show() {
   else echo "$1"; fi
 }
 echo
-echo "$model at --memory $memory: largest batch completing 2 iterations"
-echo "  --evict_policy=none  $(show "$none_max" "$none_failed")"
-echo "  --evict_policy=mtc   $(show "$mtc_max" "$mtc_failed")"
+echo "$model at --memory $memory: largest batch completing $((iterations + 1)) iterations"
+printf '  %-10s %-40s %12s %10s\n' policy "largest batch" "samples/s" "/ none"
+for i in "${!policy_list[@]}"; do
+  p=${policy_list[$i]} m=${maxima[$i]} sps=-
+  if [ "$m" -gt 0 ] && [ -f "$logs/$p-$m.log" ]; then sps=$(field "$(summary_line "$logs/$p-$m.log")" samples_per_sec); fi
+  printf '  %-10s %-40s %12s %10s\n' "$p" "$(show "$m" "${failed[$i]}")" "$sps" \
+    "$(awk -v m="$m" -v n="$none_max" 'BEGIN { printf "%.2f", m / n }')"
+done
 if [ "$other_failures" -gt 0 ]; then
   echo "  ($other_failures runs failed otherwise than out of memory; see above)"
 fi
-verdict=$(awk -v m="$mtc_max" -v n="$none_max" -v t="$target" \
+last=${policy_list[${#policy_list[@]} - 1]}
+verdict=$(awk -v m="${maxima[${#maxima[@]} - 1]}" -v n="$none_max" -v t="$target" \
   'BEGIN { r = m / n; printf "%.2f %s", r, (r >= t ? "PASS" : "FAIL") }')
-echo "ratio mtc/none = ${verdict% *} (target >= $target): ${verdict#* }"
+echo "ratio $last/none = ${verdict% *} (target >= $target): ${verdict#* }"
 [ "${verdict#* }" = PASS ]

@@ -496,6 +496,12 @@ TEST_F(MtcTrainModels, TrainsTheSposSupernetAPathPerIteration) {
   out = train("--model=spos --batch=4 --iterations=8 --warmup=0 --log_every=1 --spos_pool=2");
   EXPECT_NE(out.find("model: spos (a path per iteration, uniform among 2 drawn)"), std::string::npos) << out;
   EXPECT_EQ(paths_of(out).size(), 2u) << out;
+  // Batch 1 at 32x32: the last stage's batch norm sees one value per channel. That is the
+  // error (status 1, in the iteration), where a unit used to read the failed tensor's
+  // shape and crash.
+  const ToolRun r = run_tool(train_tool() + " --model=spos --batch=1 --iterations=1 --warmup=0 --threads=1 2>&1");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("training needs more than 1 value per channel"), std::string::npos) << r.output;
 }
 
 // moe_gpt: the tiny GPT with 4 experts in block 1 (of 0-1); every progress line ends with

@@ -77,6 +77,7 @@ class ChoiceUnit final : public nn::Module {
     outputs_ = outputs;
   }
   Tensor forward(const Tensor& x) override {
+    if (!x.defined() || x.poisoned() || x.ndim() != 4) return x;  // an earlier op's failure is recorded already
     if (stride_ == 2) {
       const Tensor parts[] = {proj_->forward(x), main_->forward(x)};
       return concat(parts, 1);
