@@ -19,8 +19,9 @@ usage() {
   cat <<EOF
 usage: $0 [MTC_TRAIN] [--model resnet110] [--memory 1GiB] [--comm_memory auto] [--threads 2]
           [--seed 0] [--max-batch 4096] [--run-timeout 600] [--resolution 2]
-          [--policies "none mtc"] [--iterations 1] [-- MTC_TRAIN_FLAGS...]
-MTC_TRAIN defaults to build/launch/mtc-train. --max-batch caps both searches (a maximum
+          [--policies "none mtc"] [--iterations 1] [--min-batch 1] [-- MTC_TRAIN_FLAGS...]
+MTC_TRAIN defaults to build/launch/mtc-train. --min-batch: none's search starts there (2 for
+a model whose batch norm sees 1x1 maps). --max-batch caps the searches (a maximum
 at the cap is a lower bound). --run-timeout is in seconds per mtc-train run. Bisection
 stops once the failing batch is within --resolution percent above the largest success.
 --policies: none first, then any of none|mtc|dtr|lru|largest|capuchin, each optionally +tma.
@@ -33,12 +34,12 @@ cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train
 model=resnet110 memory=1GiB comm_memory=auto threads=2 seed=0 max_batch=4096 run_timeout=600
-resolution=2 policies="none mtc" iterations=1
+resolution=2 policies="none mtc" iterations=1 min_batch=1
 extra=()
 target=${TARGET:-4}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --model|--memory|--comm_memory|--threads|--seed|--max-batch|--run-timeout|--resolution|--policies|--iterations)
+    --model|--memory|--comm_memory|--threads|--seed|--max-batch|--run-timeout|--resolution|--policies|--iterations|--min-batch)
       [ $# -ge 2 ] || { echo "$1 needs a value" >&2; usage >&2; exit 2; }
       v=${1#--}; declare "${v//-/_}=$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
     *) mtc_train=$1; shift ;;
   esac
 done
-for n in threads max_batch run_timeout iterations; do
+for n in threads max_batch run_timeout iterations min_batch; do
   [[ ${!n} =~ ^[1-9][0-9]*$ ]] || { echo "--${n//_/-} must be a positive integer, got '${!n}'" >&2; exit 2; }
 done
 [[ $resolution =~ ^[0-9]+$ ]] || { echo "--resolution must be a whole number of percent, got '$resolution'" >&2; exit 2; }
@@ -123,11 +124,11 @@ largest() {
 
 echo "$model, --memory $memory, --comm_memory $comm_memory, $threads threads; $((iterations + 1)) iterations per" \
      "run; batch capped at $max_batch" >&2
-largest none 1
+largest none "$min_batch"
 none_max=$largest_result none_failed=$largest_failed
 if [ "$none_max" = 0 ]; then
-  echo "batch 1 does not complete without eviction, nothing to compare against; its last line:" \
-       "$(tail -n 1 "$logs/none-1.log")" >&2
+  echo "batch $min_batch does not complete without eviction, nothing to compare against; its last line:" \
+       "$(tail -n 1 "$logs/none-$min_batch.log")" >&2
   exit 2
 fi
 maxima=("$none_max") failed=("$none_failed")

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "mtc/interpreter.h"
 #include "mtc/models.h"
 #include "mtc/ops.h"
 #include "mtc/status.h"
@@ -97,7 +98,10 @@ Tensor MoeMlp::forward(const Tensor& x) {
   const Tensor probs = softmax(router->forward(flat), 1);  // (T, E)
   // The routing is decided on the host: the token counts are the shapes of what follows.
   absl::StatusOr<std::vector<float>> p = probs.to_vector();
-  if (!p.ok()) return x;  // the failure is recorded; the loss reports it
+  if (!p.ok()) {  // reading returned the failure, and with it the interpreter's: keep it for the loss
+    x.interpreter()->record_error(p.status());
+    return x;
+  }
   routing_ = moe_route(*p, t, config);
   aux_ = moe_aux_loss(probs, routing_.first_share, config.aux_alpha);
   // The gates (T * E, 1), and with bucketing a last row of 0 for the padding rows.
