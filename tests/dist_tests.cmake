@@ -3,8 +3,8 @@
 # ranks), data-parallel training against one rank (dp_equivalence.sh), DTP with each rank's
 # batch-norm statistics against data parallel (dtp_bn_stats.sh), a rank's failure
 # stopping the job (dp_failure.sh), and what a user meets under mpirun: traces, flag errors,
-# default threads and memory (mpirun_front_door.sh), SPOS on 4 ranks with and without a DTE
-# budget (spos_dp.sh). world_test reads launch/'s world.cc.
+# default threads and memory (mpirun_front_door.sh), SPOS and moe_gpt on 4 ranks with and
+# without a DTE budget (dynamic_dp.sh). world_test reads launch/'s world.cc.
 if(TARGET world_test)
   target_link_libraries(world_test PRIVATE mtc_cli)
 endif()
@@ -49,10 +49,15 @@ add_test(NAME mpirun_front_door
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpirun_front_door.sh $<TARGET_FILE:mtc-train>
                  $<TARGET_FILE:mtc-replay> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(mpirun_front_door PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
-foreach(script dp_equivalence dp_failure dtp_bn_stats spos_dp)
+foreach(script dp_equivalence dp_failure dtp_bn_stats)
   add_test(NAME ${script} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/${script}.sh $<TARGET_FILE:mtc-train>
                                   ${MPIEXEC_EXECUTABLE})
   set_tests_properties(${script} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
+endforeach()
+foreach(model spos moe_gpt)
+  add_test(NAME dynamic_dp_${model} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dynamic_dp.sh $<TARGET_FILE:mtc-train>
+                                         ${MPIEXEC_EXECUTABLE} ${model})
+  set_tests_properties(dynamic_dp_${model} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
 endforeach()
 # dtp_mpitest: DTP's dispatch, pins, sharding and the placement check, on 1 to 4 ranks;
 # dtp_equivalence.sh: every forced mode, auto and a mesh of mtc-train against one rank, one test per model.
