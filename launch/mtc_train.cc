@@ -79,6 +79,9 @@ ABSL_FLAG(FlagText, moe_capacity, {"1.25"},
           "--model moe_gpt: capacity factor: an expert takes at most ceil(factor * top_k * tokens / experts) tokens "
           "of a batch, the overflow passing through the residual (> 0)");
 ABSL_FLAG(bool, moe_dropless, false, "--model moe_gpt: no capacity: every token reaches its experts");
+ABSL_FLAG(FlagText, moe_groups, {"1"},
+          "--model moe_gpt: route each rank's batch in this many groups of tokens, each with its own capacity and "
+          "load-balancing loss (GShard's groups; one rank with N groups computes what N data-parallel ranks do)");
 ABSL_FLAG(FlagText, moe_bucket, {"0"},
           "--model moe_gpt: run each expert on its token count rounded up to a multiple of this (at most the "
           "capacity), so that shapes recur and TMA plans them; >= the capacity: every expert on exactly the "
@@ -352,7 +355,7 @@ void read_gpt_flags(Flags& f) {
 // read_moe_flags: --moe_*, with --model moe_gpt only.
 void read_moe_flags(Flags& f) {
   const char* const names[] = {"moe_experts", "moe_top_k", "moe_capacity", "moe_dropless", "moe_aux_alpha",
-                               "moe_bucket"};
+                               "moe_bucket", "moe_groups"};
   for (const char* name : names) {
     if (f.model != "moe_gpt" && cli::given(name)) {
       fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model,
@@ -368,6 +371,7 @@ void read_moe_flags(Flags& f) {
   f.moe.aux_alpha = static_cast<float>(value_or_exit(real_flag("moe_aux_alpha", absl::GetFlag(FLAGS_moe_aux_alpha))));
   f.moe.dropless = absl::GetFlag(FLAGS_moe_dropless);
   f.moe.bucket = value_or_exit(int_flag("moe_bucket", absl::GetFlag(FLAGS_moe_bucket), 0, 1 << 30));
+  f.moe.groups = static_cast<int>(value_or_exit(int_flag("moe_groups", absl::GetFlag(FLAGS_moe_groups), 1, 1 << 20)));
   if (f.moe.dropless && cli::given("moe_capacity")) {
     fail(kBadValue, "--moe_capacity with --moe_dropless: a dropless MoE has no capacity; expected one of them");
   }
@@ -560,6 +564,15 @@ Flags read_flags() {
     fail(kBadValue, absl::StrCat("--batch ", f.batch, " on ", g_world.size,
                                  " ranks: expected a multiple of the number of ranks (the global batch is split "
                                  "evenly over them)"));
+  }
+  if (f.model == "moe_gpt") {  // the tokens one forward routes: the rank's rows, or under DTP the whole batch
+    const bool dtp = f.dtp != dtp::Mode::kNone || f.dtp_auto;
+    const int64_t tokens = (dtp ? f.batch : f.batch / g_world.size) * f.gpt.seq;
+    if (tokens % f.moe.groups != 0) {
+      fail(kBadValue, absl::StrCat("--moe_groups ", f.moe.groups, ": a forward routes ", tokens, " tokens (",
+                                   dtp ? "--batch" : "the rank's share of --batch", " times --seq ", f.gpt.seq,
+                                   "): expected groups that divide them"));
+    }
   }
   // GPUs: the local rank picks one of the visible devices (launch/world.h). The ranks on
   // this machine share its memory and cores (CPU), or a GPU when there are more ranks

@@ -8,7 +8,10 @@
 #     budget 40 MiB of an unlimited peak of about 63 MiB.
 #   moe_gpt: each rank routes its own tokens, and every expert runs on every rank, also on
 #     no tokens, so data parallel all-reduces every parameter every iteration
-#     (dp_reduced_bytes = 6 x the parameters' bytes); budget 5 MiB of about 9 MiB.
+#     (dp_reduced_bytes = 6 x the parameters' bytes); budget 5 MiB of about 9 MiB. And 4
+#     ranks compute what one rank computes with --moe_groups 4 (each group routed with
+#     its own capacity and load-balancing loss): 10 losses within a relative 1e-4, top-1
+#     and top-2 with a capacity that drops, and top-2 dropless.
 # Usage: dynamic_dp.sh MTC_TRAIN MPIRUN MODEL   (run by ctest: tests/dist_tests.cmake)
 set -euo pipefail
 train=$1
@@ -23,6 +26,7 @@ case "$model" in
 esac
 common+=(--iterations=6 --warmup=0 --log_every=1 --threads=1 --seed=3 --comm_check)
 tmp=$(mktemp -d)
+. "$(dirname "$0")/loss_compare.sh"
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
@@ -72,5 +76,19 @@ if [ "$model" = spos ]; then
     fail "dp_reduced_bytes $rb over 6 iterations: expected under 0.75 of the parameters' $pb bytes per iteration"
 else
   [ "$rb" = $((6 * pb)) ] || fail "dp_reduced_bytes $rb over 6 iterations: expected every parameter's $pb bytes each"
+fi
+if [ "$model" = moe_gpt ]; then
+  for moe in "--moe_top_k=1 --moe_capacity=1" "--moe_top_k=2 --moe_capacity=0.5" "--moe_top_k=2 --moe_dropless"; do
+    read -r -a m <<<"$moe"
+    eq=(--model=moe_gpt --batch=32 --optimizer=adamw --lr=1e-3 --iterations=10 --warmup=0 --log_every=1 --threads=1
+        --seed=5 --memory=256MiB "${m[@]}")
+    timeout 300 "$mpirun" --oversubscribe -np 4 "$train" "${eq[@]}" >"$tmp/eq4.txt" 2>&1 ||
+      { cat "$tmp/eq4.txt"; fail "4 ranks, $moe"; }
+    timeout 300 "$train" "${eq[@]}" --moe_groups=4 >"$tmp/eq1.txt" 2>&1 || { cat "$tmp/eq1.txt"; fail "1 rank, $moe"; }
+    grep -q 'dropped [1-9]' "$tmp/eq1.txt" || [ "$moe" = "--moe_top_k=2 --moe_dropless" ] ||
+      fail "$moe: no token was dropped, so the groups' capacities were not tested"
+    compare_losses "$tmp/eq4.txt" "$tmp/eq1.txt" "4 ranks against 4 groups, ${moe//--moe_/}" ||
+      fail "4 ranks differ from one rank with 4 groups ($moe)"
+  done
 fi
 echo PASS

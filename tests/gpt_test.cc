@@ -548,6 +548,8 @@ TEST_F(MtcTrainModels, BadMoeFlags) {
   expect_bad("--model=moe_gpt --moe_aux_alpha=-1", "--moe_aux_alpha '-1': expected a number >= 0");
   expect_bad("--model=moe_gpt --moe_dropless --moe_capacity=2", "--moe_capacity with --moe_dropless");
   expect_bad("--model=moe_gpt --moe_bucket=-1", "--moe_bucket '-1'");
+  expect_bad("--model=moe_gpt --moe_groups=0", "--moe_groups '0'");
+  expect_bad("--model=moe_gpt --batch=4 --moe_groups=3", "--moe_groups 3: a forward routes 64 tokens");
   expect_bad("--model=moe_gpt --heads=5", "--heads 5 does not divide --hidden 64");
 }
 

@@ -71,6 +71,39 @@ TEST(MoeRoute, TopTwoFillsFirstChoicesBeforeSecondOnes) {
   EXPECT_EQ(u.tokens[1], (std::vector<int32_t>{0, 1, 2}));
 }
 
+// Groups: each routes its own tokens with its own capacity, C = ceil(1.25 * 4 / 4) = 2
+// here; tokens keep their global indices, group by group.
+TEST(MoeRoute, GroupsHaveTheirOwnCapacity) {
+  const std::vector<float> p = peaked({0, 0, 0, 1, 0, 0, 2, 0}, 4);
+  const models::MoeAssignment a = models::moe_route(p, 8, MoeConfig{.experts = 4, .groups = 2});
+  EXPECT_EQ(a.capacity, 2);
+  EXPECT_EQ(a.tokens[0], (std::vector<int32_t>{0, 1, 4, 5}));
+  EXPECT_EQ(a.tokens[1], (std::vector<int32_t>{3}));
+  EXPECT_EQ(a.tokens[2], (std::vector<int32_t>{6}));
+  EXPECT_EQ(a.dropped, 2);  // tokens 2 and 7
+  ASSERT_EQ(a.first_share.size(), 8u);
+  EXPECT_DOUBLE_EQ(a.first_share[0], 3.0 / 4);  // group 0: tokens 0, 1, 2 of 4
+  EXPECT_DOUBLE_EQ(a.first_share[4 + 0], 3.0 / 4);
+  EXPECT_DOUBLE_EQ(a.first_share[4 + 2], 1.0 / 4);
+}
+
+// With groups the load-balancing loss is the mean of each group's.
+TEST(MoeAuxLoss, TheMeanOfTheGroups) {
+  auto rt = make_test_runtime();
+  const std::vector<float> p = peaked({0, 1, 2, 3, 0, 0, 0, 0}, 4);
+  const MoeConfig c{.experts = 4, .dropless = true, .groups = 2};
+  const models::MoeAssignment a = models::moe_route(p, 8, c);
+  const double both = *models::moe_aux_loss(from_vector({8, 4}, p), a.first_share, 1.f).item();
+  double want = 0;
+  for (int g = 0; g < 2; ++g) {
+    const std::vector<float> half(p.begin() + g * 16, p.begin() + (g + 1) * 16);
+    const models::MoeAssignment one = models::moe_route(half, 4, MoeConfig{.experts = 4, .dropless = true});
+    want += *models::moe_aux_loss(from_vector({4, 4}, half), one.first_share, 1.f).item() / 2;
+  }
+  EXPECT_NEAR(both, want, 1e-6);
+  EXPECT_NEAR(both, (1.0 + 4 * 0.7) / 2, 1e-6);  // balanced, then all to expert 0
+}
+
 // alpha * E * sum_i f_i P_i: 1 x alpha when every expert is every token's first choice
 // equally often and the mean probabilities are even; E x P_0 when all go to expert 0.
 TEST(MoeAuxLoss, OneForPerfectlyBalancedRouting) {
@@ -342,6 +375,7 @@ TEST(MoeConfig, CheckNamesTheFieldAndWhatWasExpected) {
   EXPECT_NE(message({.experts = 4, .capacity_factor = 0}).find("capacity factor 0"), std::string::npos);
   EXPECT_NE(message({.experts = 4, .aux_alpha = -1}).find("aux alpha -1"), std::string::npos);
   EXPECT_NE(message({.experts = 4, .bucket = -1}).find("bucket -1: expected >= 0"), std::string::npos);
+  EXPECT_NE(message({.experts = 4, .groups = 0}).find("groups 0: expected >= 1"), std::string::npos);
   EXPECT_EQ(message({.experts = 2, .top_k = 2}), "");
 }
 

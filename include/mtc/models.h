@@ -201,6 +201,10 @@ class GptAttention final : public nn::Module {
 // one bucket; with a capacity, at most C), the extra rows a token's copy whose output is
 // multiplied by 0, so that the shapes, and TMA's iteration signatures, recur; bucket >= C
 // gives every expert exactly C rows, GShard's fixed buffers. 0: the exact counts.
+// groups: GShard's groups: a forward's T tokens are G contiguous groups of T/G, each
+// routed with its own capacity ceil(capacity_factor * top_k * (T/G) / E) and its own
+// load-balancing loss, the loss being their mean. N data-parallel ranks, each routing its
+// own tokens, compute what one rank computes with groups = N.
 struct MoeConfig {
   int experts = 0;
   int top_k = 1;
@@ -208,8 +212,10 @@ struct MoeConfig {
   bool dropless = false;
   float aux_alpha = 0.01f;
   int64_t bucket = 0;
+  int groups = 1;
   // check: experts >= 2, top_k 1 or 2 and at most experts, capacity_factor > 0, aux_alpha
-  // >= 0, bucket >= 0; InvalidArgument naming the field and what was expected otherwise.
+  // >= 0, bucket >= 0, groups >= 1; InvalidArgument naming the field and what was
+  // expected otherwise.
   absl::Status check() const;
   std::string describe() const;  // "4 experts, top-1, capacity factor 1.25, aux 0.01"
   // rows: the rows an expert that takes n tokens runs on (n rounded up by bucket).
@@ -217,18 +223,21 @@ struct MoeConfig {
 };
 // MoeAssignment: the routing of one forward.
 struct MoeAssignment {
-  std::vector<std::vector<int32_t>> tokens;  // per expert: the tokens it takes, in order
-  std::vector<double> first_share;           // f_i: the share of tokens whose first choice is i
+  std::vector<std::vector<int32_t>> tokens;  // per expert: the tokens it takes, group by group, in order
+  // f_i: per group, the share of its tokens whose first choice is i (groups x E)
+  std::vector<double> first_share;
   int64_t dropped = 0;                       // choices beyond the capacity
-  int64_t capacity = 0;                      // C; 0 when dropless
+  int64_t capacity = 0;                      // C of a group; 0 when dropless
   int64_t padded = 0;                        // rows run beyond the tokens (MoeConfig::bucket)
 };
 // moe_route: the routing of `tokens` tokens from their router probabilities (tokens x E,
-// row-major), by MoeConfig's rules; ties go to the lower expert.
+// row-major), by MoeConfig's rules (tokens a multiple of groups); ties go to the lower
+// expert.
 MoeAssignment moe_route(std::span<const float> probs, int64_t tokens, const MoeConfig& c);
 // moe_aux_loss: the load-balancing loss alpha * E * sum_i f_i * P_i, P_i the mean router
 // probability of expert i over the tokens (probs (T, E), differentiable), f_i the first
-// choices' shares (constants). 1 * alpha for perfectly balanced routing.
+// choices' shares (constants); with G groups (first_share G x E), the mean over the
+// groups of each group's loss. 1 * alpha for perfectly balanced routing.
 Tensor moe_aux_loss(const Tensor& probs, std::span<const double> first_share, float alpha);
 
 // MoeMlp: a router Linear(D, E) without bias and softmax over the experts, and E experts,

@@ -23,6 +23,7 @@ absl::Status MoeConfig::check() const {
     return bad(absl::StrCat("aux alpha ", aux_alpha, ": expected a number >= 0"));
   }
   if (bucket < 0) return bad(absl::StrCat("bucket ", bucket, ": expected >= 0 (0: exact token counts)"));
+  if (groups < 1) return bad(absl::StrCat("groups ", groups, ": expected >= 1"));
   return absl::OkStatus();
 }
 
@@ -35,19 +36,23 @@ int64_t MoeConfig::rows(int64_t n, int64_t capacity) const {
 std::string MoeConfig::describe() const {
   return absl::StrCat(experts, " experts, top-", top_k, ", ",
                       dropless ? std::string("dropless") : absl::StrCat("capacity factor ", capacity_factor),
-                      ", aux ", aux_alpha, bucket > 0 ? absl::StrCat(", bucket ", bucket) : "");
+                      ", aux ", aux_alpha, bucket > 0 ? absl::StrCat(", bucket ", bucket) : "",
+                      groups > 1 ? absl::StrCat(", ", groups, " groups") : "");
 }
 
 MoeAssignment moe_route(std::span<const float> probs, int64_t tokens, const MoeConfig& c) {
-  const int e = c.experts, k = c.top_k;
-  MTC_CHECK(e >= 1 && k >= 1 && k <= e && static_cast<int64_t>(probs.size()) == tokens * e,
-            "moe_route: ", probs.size(), " probabilities for ", tokens, " tokens of ", e, " experts, top-", k);
+  const int e = c.experts, k = c.top_k, g = c.groups;
+  MTC_CHECK(e >= 1 && k >= 1 && k <= e && g >= 1 && tokens % g == 0 &&
+                static_cast<int64_t>(probs.size()) == tokens * e,
+            "moe_route: ", probs.size(), " probabilities for ", tokens, " tokens of ", e, " experts, top-", k, ", ", g,
+            " groups");
+  const int64_t per_group = tokens / g;
   MoeAssignment a;
   a.tokens.resize(static_cast<size_t>(e));
-  a.first_share.assign(static_cast<size_t>(e), 0.0);
+  a.first_share.assign(static_cast<size_t>(g) * e, 0.0);
   a.capacity = c.dropless ? 0
                           : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(c.capacity_factor * k *
-                                                                                  static_cast<double>(tokens) / e)));
+                                                                                  static_cast<double>(per_group) / e)));
   // choice[t * k + j]: token t's j-th expert, by probability, the lower expert on a tie.
   std::vector<int> choice(static_cast<size_t>(tokens * k));
   std::vector<int> order(static_cast<size_t>(e));
@@ -57,27 +62,36 @@ MoeAssignment moe_route(std::span<const float> probs, int64_t tokens, const MoeC
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int x, int y) { return p[x] > p[y] || (p[x] == p[y] && x < y); });
     for (int j = 0; j < k; ++j) choice[t * k + j] = order[j];
-    a.first_share[order[0]] += 1.0 / static_cast<double>(tokens);
+    a.first_share[(t / per_group) * e + order[0]] += 1.0 / static_cast<double>(per_group);
   }
-  // First choices before second ones, each in token order, as GShard fills its buffers.
-  for (int j = 0; j < k; ++j) {
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::vector<int32_t>& taken = a.tokens[choice[t * k + j]];
-      if (!c.dropless && static_cast<int64_t>(taken.size()) >= a.capacity) {
-        ++a.dropped;
-        continue;
+  // Group by group, first choices before second ones, each in token order, as GShard
+  // fills its buffers; each group has its own C places per expert.
+  std::vector<int64_t> used(static_cast<size_t>(e));
+  for (int64_t grp = 0; grp < g; ++grp) {
+    std::fill(used.begin(), used.end(), 0);
+    for (int j = 0; j < k; ++j) {
+      for (int64_t t = grp * per_group; t < (grp + 1) * per_group; ++t) {
+        const int ex = choice[t * k + j];
+        if (!c.dropless && used[ex] >= a.capacity) {
+          ++a.dropped;
+          continue;
+        }
+        ++used[ex];
+        a.tokens[ex].push_back(static_cast<int32_t>(t));
       }
-      taken.push_back(static_cast<int32_t>(t));
     }
   }
   return a;
 }
 
 Tensor moe_aux_loss(const Tensor& probs, std::span<const double> first_share, float alpha) {
-  const int64_t e = static_cast<int64_t>(first_share.size());
+  const int64_t e = probs.dim(1), g = static_cast<int64_t>(first_share.size()) / e, t = probs.dim(0);
+  MTC_CHECK(g >= 1 && g * e == static_cast<int64_t>(first_share.size()) && t % g == 0, "moe_aux_loss: ",
+            first_share.size(), " shares for ", e, " experts and ", t, " tokens");
   std::vector<float> f(first_share.begin(), first_share.end());
-  const Tensor p_mean = mean(probs, {0});  // P_i, (E)
-  return scale(sum(mul(p_mean, from_vector({e}, f))), alpha * static_cast<float>(e));
+  // P per group: the mean over each group's tokens, (G, E); the loss is the groups' mean.
+  const Tensor p_mean = mean(reshape(probs, {g, t / g, e}), {1});
+  return scale(sum(mul(p_mean, from_vector({g, e}, f))), alpha * static_cast<float>(e) / static_cast<float>(g));
 }
 
 MoeMlp::MoeMlp(int64_t dim, int64_t hidden, const MoeConfig& c, nn::NormalInit init) : config(c) {
@@ -95,6 +109,11 @@ Tensor MoeMlp::forward(const Tensor& x) {
   const int64_t d = x.dim(x.ndim() - 1), e = config.experts;
   const Tensor flat = reshape(x, {-1, d});  // (T, D)
   const int64_t t = flat.dim(0);
+  if (t % config.groups != 0) {
+    x.interpreter()->record_error(absl::InvalidArgumentError(absl::StrCat(
+        "moe: ", t, " tokens do not split into ", config.groups, " groups: expected a multiple of the groups")));
+    return x;
+  }
   const Tensor probs = softmax(router->forward(flat), 1);  // (T, E)
   // The routing is decided on the host: the token counts are the shapes of what follows.
   absl::StatusOr<std::vector<float>> p = probs.to_vector();
