@@ -82,6 +82,9 @@ ABSL_FLAG(bool, moe_dropless, false, "--model moe_gpt: no capacity: every token 
 ABSL_FLAG(FlagText, moe_groups, {"1"},
           "--model moe_gpt: route each rank's batch in this many groups of tokens, each with its own capacity and "
           "load-balancing loss (GShard's groups; one rank with N groups computes what N data-parallel ranks do)");
+ABSL_FLAG(bool, moe_expert_parallel, false,
+          "--model moe_gpt: spread each MoE block's experts over the ranks (expert parallelism: tokens travel to "
+          "their experts' ranks by all_to_all); --moe_experts a multiple of the ranks");
 ABSL_FLAG(FlagText, moe_bucket, {"0"},
           "--model moe_gpt: run each expert on its token count rounded up to a multiple of this (at most the "
           "capacity), so that shapes recur and TMA plans them; >= the capacity: every expert on exactly the "
@@ -267,6 +270,7 @@ struct Flags {
   int64_t spos_min_flops = 0, spos_max_flops = 0;  // --spos_flops, in multiply-adds
   int spos_pool = 0;                               // --spos_pool: recurring paths (0: none)
   models::MoeConfig moe;                           // --model moe_gpt: --moe_*
+  bool moe_expert_parallel = false;
 };
 
 // read_spos_flags: --spos_path, --spos_flops and --spos_pool, with --model spos only;
@@ -355,7 +359,7 @@ void read_gpt_flags(Flags& f) {
 // read_moe_flags: --moe_*, with --model moe_gpt only.
 void read_moe_flags(Flags& f) {
   const char* const names[] = {"moe_experts", "moe_top_k", "moe_capacity", "moe_dropless", "moe_aux_alpha",
-                               "moe_bucket", "moe_groups"};
+                               "moe_bucket", "moe_groups", "moe_expert_parallel"};
   for (const char* name : names) {
     if (f.model != "moe_gpt" && cli::given(name)) {
       fail(kBadValue, absl::StrCat("--", name, " with --model ", f.model,
@@ -372,6 +376,7 @@ void read_moe_flags(Flags& f) {
   f.moe.dropless = absl::GetFlag(FLAGS_moe_dropless);
   f.moe.bucket = value_or_exit(int_flag("moe_bucket", absl::GetFlag(FLAGS_moe_bucket), 0, 1 << 30));
   f.moe.groups = static_cast<int>(value_or_exit(int_flag("moe_groups", absl::GetFlag(FLAGS_moe_groups), 1, 1 << 20)));
+  f.moe_expert_parallel = absl::GetFlag(FLAGS_moe_expert_parallel);
   if (f.moe.dropless && cli::given("moe_capacity")) {
     fail(kBadValue, "--moe_capacity with --moe_dropless: a dropless MoE has no capacity; expected one of them");
   }
@@ -567,6 +572,14 @@ Flags read_flags() {
   }
   if (f.model == "moe_gpt") {  // the tokens one forward routes: the rank's rows, or under DTP the whole batch
     const bool dtp = f.dtp != dtp::Mode::kNone || f.dtp_auto;
+    if (f.moe_expert_parallel && (dtp || f.moe.bucket > 0 || f.moe.experts % g_world.size != 0)) {
+      fail(kBadValue, absl::StrCat("--moe_expert_parallel with ",
+                                   dtp ? "--dtp: DTP splits the ops itself; expected one of them"
+                                   : f.moe.bucket > 0
+                                       ? "--moe_bucket: the exchange sends the exact counts; expected no --moe_bucket"
+                                       : absl::StrCat(f.moe.experts, " experts on ", g_world.size,
+                                                      " ranks: expected --moe_experts a multiple of the ranks")));
+    }
     const int64_t tokens = (dtp ? f.batch : f.batch / g_world.size) * f.gpt.seq;
     if (tokens % f.moe.groups != 0) {
       fail(kBadValue, absl::StrCat("--moe_groups ", f.moe.groups, ": a forward routes ", tokens, " tokens (",
@@ -717,6 +730,7 @@ int run(const Flags& f, Input input) {
   if (input.sample_shape.size() == 3) mo.image_size = static_cast<int>(input.sample_shape[1]);
   mo.gpt = f.gpt;
   mo.moe = f.moe;
+  if (f.moe_expert_parallel) mo.moe_ep = comm;
   models::Model model = value_or_exit(models::make_model(f.model, mo));
   const int64_t n_params = model.net->num_parameters();
   if (absl::Status s = rt.interpreter().sync(); !s.ok()) {
@@ -759,7 +773,10 @@ int run(const Flags& f, Input input) {
   auto* moe_gpt = f.model == "moe_gpt" ? dynamic_cast<models::Gpt*>(model.net.get()) : nullptr;
   const std::string moe_what =
       moe_gpt != nullptr ? absl::StrCat(", MoE: ", moe_gpt->moe.describe(), " in ", moe_gpt->moe_blocks().size(),
-                                        " of ", f.gpt.layers, " blocks")
+                                        " of ", f.gpt.layers, " blocks",
+                                        f.moe_expert_parallel && g_world.size > 1
+                                            ? absl::StrCat(", experts spread over ", g_world.size, " ranks")
+                                            : "")
                          : "";
   out("model: %s%s%s, %lld parameters (%s), input %s, %d classes\n", f.model.c_str(), spos_what.c_str(),
       models::is_language_model(f.model)
@@ -848,7 +865,15 @@ int run(const Flags& f, Input input) {
       }
     }
   } else if (g_world.size > 1) {
-    dp = value_or_exit(dist::DataParallel::create(*model.net, comm, {.bucket_bytes = f.bucket_bytes}));
+    dist::DataParallelOptions dpo{.bucket_bytes = f.bucket_bytes};
+    if (f.moe_expert_parallel) {  // each rank's experts are its own
+      for (const auto& b : dynamic_cast<models::Gpt&>(*model.net).moe_blocks()) {
+        for (const auto& expert : b->experts) {
+          for (const Tensor& p : expert->parameters()) dpo.local.push_back(p);
+        }
+      }
+    }
+    dp = value_or_exit(dist::DataParallel::create(*model.net, comm, dpo));
     absl::StatusOr<dist::DataParallelFigures> fig = dp->figures();
     if (!fig.ok()) fail(kFailure, absl::StrCat("broadcasting rank 0's parameters: ", fig.status().message()));
     out("data parallel: %d gradient buckets, %s in the comm/gradient region\n", fig->buckets,

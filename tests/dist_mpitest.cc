@@ -7,9 +7,12 @@
 //  - sync_batch_norm against batch_norm over the gathered global batch, forward,
 //    backward and running statistics;
 //  - DataParallel's gradients against the mean of the ranks' own gradients, and a
-//    parameter no rank reached left out of the all-reduce, with no gradient and no step.
+//    parameter no rank reached left out of the all-reduce, with no gradient and no step;
+//  - a mixture of experts spread over the ranks with every token routed to expert 0, so
+//    that the other ranks' experts receive no rows: no hang, zero gradients there.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -22,6 +25,7 @@
 #include "mpitest_values.h"
 #include "mtc/distributed.h"
 #include "mtc/interpreter.h"
+#include "mtc/models.h"
 #include "mtc/nn.h"
 #include "mtc/ops.h"
 #include "mtc/optim.h"
@@ -288,6 +292,8 @@ TEST(SyncBatchNorm, EqualsBatchNormOverTheGlobalBatch) {
 
 // ---- data parallel ----
 
+void net_zero_grad(nn::Module& m) { m.zero_grad(); }
+
 class TinyNet final : public nn::Module {
  public:
   TinyNet() {
@@ -430,6 +436,44 @@ TEST(DataParallel, ParametersNoRankReachedAreLeftOut) {
     if (branch_of(k) == 0) {
       EXPECT_NE(values(params[k]), before[k]) << "a's parameter " << k << " did not move";
     }
+  }
+}
+
+// Expert parallelism with every token sent to one expert: a router of zeros gives even
+// probabilities, and ties go to expert 0, which rank 0 holds. Every other expert, on
+// every other rank, receives no rows and still runs forward and backward (the exchange's
+// counts are 0 both ways), so no rank waits for one that skipped a collective. Rank 0's
+// expert 0 has a gradient that is not zero; every other expert's is zero. (Run with a
+// timeout of 60 s: tests/dist_tests.cmake's moe_ep_forced_routing_np*.)
+TEST(MoeExpertParallel, EveryTokenToOneExpertDoesNotHang) {
+  const int experts = 2 * g_size;
+  models::MoeMlp moe(8, 16, {.experts = experts, .top_k = 1, .dropless = true}, nn::NormalInit{0.3f}, g_comm);
+  ASSERT_EQ(static_cast<int>(moe.experts.size()), g_size > 1 ? 2 : experts);
+  moe.router->weight = zeros({experts, 8}).set_requires_grad(true);
+  std::mt19937 gen(21 + g_rank);
+  std::normal_distribution<float> nd;
+  std::vector<float> xv(6 * 8);
+  for (float& v : xv) v = nd(gen);
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    net_zero_grad(moe);
+    const Tensor y = moe.forward(from_vector({6, 8}, xv));
+    ASSERT_TRUE(sum(y).backward().ok());
+    ASSERT_EQ(moe.routing().tokens[0].size(), 6u);
+    for (size_t j = 0; j < moe.experts.size(); ++j) {
+      const int global = moe.first_expert + static_cast<int>(j);
+      for (const Tensor& p : moe.experts[j]->parameters()) {
+        ASSERT_TRUE(p.grad().defined()) << "expert " << global;
+        const std::vector<float> g = values(p.grad());
+        const bool zero = std::all_of(g.begin(), g.end(), [](float v) { return v == 0.f; });
+        if (global != 0) {
+          EXPECT_TRUE(zero) << "expert " << global << " received no rows";
+        }
+      }
+    }
+  }
+  if (g_rank == 0) {
+    const std::vector<float> g = values(moe.experts[0]->fc2->bias.grad());
+    EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](float v) { return v != 0.f; }));
   }
 }
 

@@ -33,6 +33,14 @@ foreach(np 1 2 4 8)
            COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:dist_mpitest>)
   set_tests_properties(dist_mpitest_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 300)
 endforeach()
+# A mixture of experts spread over the ranks with every token routed to one expert: the
+# ranks whose experts receive nothing must not hang (60 s).
+foreach(np 2 4)
+  add_test(NAME moe_ep_forced_routing_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:dist_mpitest>
+                   --gtest_filter=MoeExpertParallel.*)
+  set_tests_properties(moe_ep_forced_routing_np${np} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 60)
+endforeach()
 foreach(np 2 3 4)
   add_test(NAME convert_mpitest_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:convert_mpitest>)

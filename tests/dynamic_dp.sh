@@ -8,10 +8,13 @@
 #     budget 40 MiB of an unlimited peak of about 63 MiB.
 #   moe_gpt: each rank routes its own tokens, and every expert runs on every rank, also on
 #     no tokens, so data parallel all-reduces every parameter every iteration
-#     (dp_reduced_bytes = 6 x the parameters' bytes); budget 5 MiB of about 9 MiB. And 4
-#     ranks compute what one rank computes with --moe_groups 4 (each group routed with
+#     (dp_reduced_bytes = 6 x the parameters' bytes); budget 5 MiB of about 9 MiB. And N
+#     ranks compute what one rank computes with --moe_groups N (each group routed with
 #     its own capacity and load-balancing loss): 10 losses within a relative 1e-4, top-1
-#     and top-2 with a capacity that drops, and top-2 dropless.
+#     and top-2 with a capacity that drops, and top-2 dropless, for 4 data-parallel ranks
+#     and for the experts spread over 2 and 4 ranks (--moe_expert_parallel). SGD, whose
+#     step follows the gradient's scale (AdamW's does not): with the experts' gradients
+#     not divided by the ranks, 4 expert-parallel ranks part from one rank by 1.5e-4.
 # Usage: dynamic_dp.sh MTC_TRAIN MPIRUN MODEL   (run by ctest: tests/dist_tests.cmake)
 set -euo pipefail
 train=$1
@@ -80,15 +83,24 @@ fi
 if [ "$model" = moe_gpt ]; then
   for moe in "--moe_top_k=1 --moe_capacity=1" "--moe_top_k=2 --moe_capacity=0.5" "--moe_top_k=2 --moe_dropless"; do
     read -r -a m <<<"$moe"
-    eq=(--model=moe_gpt --batch=32 --optimizer=adamw --lr=1e-3 --iterations=10 --warmup=0 --log_every=1 --threads=1
-        --seed=5 --memory=256MiB "${m[@]}")
-    timeout 300 "$mpirun" --oversubscribe -np 4 "$train" "${eq[@]}" >"$tmp/eq4.txt" 2>&1 ||
-      { cat "$tmp/eq4.txt"; fail "4 ranks, $moe"; }
-    timeout 300 "$train" "${eq[@]}" --moe_groups=4 >"$tmp/eq1.txt" 2>&1 || { cat "$tmp/eq1.txt"; fail "1 rank, $moe"; }
-    grep -q 'dropped [1-9]' "$tmp/eq1.txt" || [ "$moe" = "--moe_top_k=2 --moe_dropless" ] ||
-      fail "$moe: no token was dropped, so the groups' capacities were not tested"
-    compare_losses "$tmp/eq4.txt" "$tmp/eq1.txt" "4 ranks against 4 groups, ${moe//--moe_/}" ||
-      fail "4 ranks differ from one rank with 4 groups ($moe)"
+    eq=(--model=moe_gpt --batch=32 --optimizer=sgd --lr=2 --momentum=0 --iterations=10 --warmup=0 --log_every=1
+        --threads=1 --seed=5 --memory=256MiB "${m[@]}")
+    for np in 2 4; do
+      timeout 300 "$train" "${eq[@]}" --moe_groups="$np" >"$tmp/eq1.txt" 2>&1 ||
+        { cat "$tmp/eq1.txt"; fail "1 rank, $moe"; }
+      grep -q 'dropped [1-9]' "$tmp/eq1.txt" || [ "$moe" = "--moe_top_k=2 --moe_dropless" ] ||
+        fail "$moe: no token was dropped, so the groups' capacities were not tested"
+      kinds=(expert_parallel)
+      [ "$np" = 4 ] && kinds+=(data_parallel)
+      for kind in "${kinds[@]}"; do
+        extra=(--comm_check)
+        [ "$kind" = expert_parallel ] && extra+=(--moe_expert_parallel)
+        timeout 300 "$mpirun" --oversubscribe -np "$np" "$train" "${eq[@]}" "${extra[@]}" >"$tmp/eqn.txt" 2>&1 ||
+          { cat "$tmp/eqn.txt"; fail "$np ranks, $kind, $moe"; }
+        compare_losses "$tmp/eqn.txt" "$tmp/eq1.txt" "$np ranks ($kind) against $np groups, ${moe//--moe_/}" ||
+          fail "$np ranks ($kind) differ from one rank with $np groups ($moe)"
+      done
+    done
   done
 fi
 echo PASS

@@ -549,6 +549,8 @@ TEST_F(MtcTrainModels, BadMoeFlags) {
   expect_bad("--model=moe_gpt --moe_dropless --moe_capacity=2", "--moe_capacity with --moe_dropless");
   expect_bad("--model=moe_gpt --moe_bucket=-1", "--moe_bucket '-1'");
   expect_bad("--model=moe_gpt --moe_groups=0", "--moe_groups '0'");
+  expect_bad("--model=moe_gpt --moe_expert_parallel --moe_bucket=4", "--moe_expert_parallel with --moe_bucket");
+  expect_bad("--model=moe_gpt --moe_expert_parallel --dtp=p1", "--moe_expert_parallel with --dtp");
   expect_bad("--model=moe_gpt --batch=4 --moe_groups=3", "--moe_groups 3: a forward routes 64 tokens");
   expect_bad("--model=moe_gpt --heads=5", "--heads 5 does not divide --hidden 64");
 }

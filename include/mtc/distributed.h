@@ -79,6 +79,11 @@ struct DataParallelOptions {
   // scale: multiplies the reduced gradients as they are unpacked (DTP's mesh: 1/G after
   // a sum over the G groups' ranks). 1 leaves them as reduced; must be finite.
   float scale = 1.f;
+  // local: parameters each rank holds for itself (expert parallelism's experts): not
+  // broadcast and not all-reduced; finish() divides their gradients by the number of
+  // ranks, since each already sums what every rank's loss sent it, and each rank's loss
+  // is the mean over its own share of the batch.
+  TensorList local;
 };
 
 // DataParallelFigures: totals since creation.
@@ -101,6 +106,7 @@ struct DataParallelFigures {
 // unpacks. Use: loss.backward(); dp->finish(); opt.step().
 class DataParallel {
  public:
+  // create: for the module's parameters but o.local, and its buffers.
   static absl::StatusOr<std::unique_ptr<DataParallel>> create(nn::Module& net, CommPtr c,
                                                                const DataParallelOptions& o = {});
   // create: for these parameters only (DTP's Replicated ones), without buffers.

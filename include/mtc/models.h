@@ -19,12 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "mtc/data.h"
+#include "mtc/distributed.h"
 #include "mtc/nn.h"
 #include "mtc/optim.h"
-
-namespace mtc::dist {
-class DataParallel;
-}
 
 namespace mtc::models {
 
@@ -247,9 +244,19 @@ Tensor moe_aux_loss(const Tensor& probs, std::span<const double> first_share, fl
 // of that token and expert (not renormalised over the top_k), are added into the output
 // rows of their tokens (scatter_add_rows). Reading the probabilities synchronises with
 // the device once per forward. Children "router", "experts.0", ...
+//
+// Expert parallelism (`ep`, a communicator of N ranks, N dividing E): rank r holds
+// experts [r*E/N, (r+1)*E/N) only (children "experts.i" by their global index; every rank
+// draws all E experts' initial values, so each expert starts as on one rank). Each rank
+// routes its own tokens; the ranks exchange their tokens per expert (all_gather of the
+// counts, read on the host), send each expert's rows to its rank with the uneven
+// all_to_all, run their experts on what they received (also on no rows) and send the
+// outputs back the same way. An expert's gradient then sums what every rank's loss sent
+// it: data parallel, given the experts as DataParallelOptions::local, divides it by N.
+// Not with bucket.
 class MoeMlp final : public nn::Module {
  public:
-  MoeMlp(int64_t dim, int64_t hidden, const MoeConfig& c, nn::NormalInit init = {});
+  MoeMlp(int64_t dim, int64_t hidden, const MoeConfig& c, nn::NormalInit init = {}, dist::CommPtr ep = nullptr);
   Tensor forward(const Tensor& x) override;  // (..., D) -> (..., D)
   // auxiliary_loss: the last forward's moe_aux_loss, handed over: the module keeps no
   // reference, so the term's graph holds no activations past the step.
@@ -258,9 +265,12 @@ class MoeMlp final : public nn::Module {
   const MoeAssignment& routing() const { return routing_; }  // the last forward's
   MoeConfig config;
   std::shared_ptr<nn::Linear> router;
-  std::vector<std::shared_ptr<nn::TransformerMlp>> experts;
+  std::vector<std::shared_ptr<nn::TransformerMlp>> experts;  // this rank's: first_expert, first_expert + 1, ...
+  int first_expert = 0;
+  dist::CommPtr ep;  // null: every expert here
 
  private:
+  Tensor expert_parallel(const Tensor& flat, const Tensor& gates);
   Tensor aux_;
   MoeAssignment routing_;
 };
@@ -271,7 +281,8 @@ class MoeMlp final : public nn::Module {
 // place of the MLP.
 class GptBlock final : public nn::Module {
  public:
-  GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init = {}, const MoeConfig& moe = {});
+  GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init = {}, const MoeConfig& moe = {},
+           dist::CommPtr ep = nullptr);
   Tensor forward(const Tensor& x) override;  // x (N, T, D) -> (N, T, D)
   std::string type_name() const override { return "GptBlock"; }
   std::shared_ptr<nn::LayerNorm> ln1, ln2;
@@ -291,7 +302,7 @@ class GptBlock final : public nn::Module {
 // GShard and Switch place them.
 class Gpt final : public nn::Module {
  public:
-  explicit Gpt(const GptConfig& c, const MoeConfig& moe = {});
+  explicit Gpt(const GptConfig& c, const MoeConfig& moe = {}, dist::CommPtr ep = nullptr);
   // x: i32 token ids (N, T), 1 <= T <= config.seq -> logits (N, T, V).
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Gpt"; }
@@ -524,6 +535,8 @@ struct ModelOptions {
   GptConfig gpt = {};
   // moe: moe_gpt's experts (4 when experts is 0); the other models ignore it.
   MoeConfig moe = {};
+  // moe_ep: moe_gpt's experts spread over this communicator's ranks (expert parallelism).
+  dist::CommPtr moe_ep = nullptr;
 };
 
 // Model: a network and the shape of one input sample, e.g. [3, 32, 32].

@@ -7,6 +7,7 @@
 #include "dist/collective_ops.h"
 #include "mtc/distributed.h"
 #include "mtc/interpreter.h"
+#include "mtc/ops.h"
 #include "mtc/status.h"
 
 namespace mtc::dist {
@@ -54,7 +55,12 @@ DataParallel::~DataParallel() {
 
 absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::create(nn::Module& net, CommPtr c,
                                                                    const DataParallelOptions& o) {
-  MTC_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp, create(net.parameters(), std::move(c), o));
+  TensorList shared;
+  for (const Tensor& p : net.parameters()) {
+    const bool local = std::any_of(o.local.begin(), o.local.end(), [&](const Tensor& l) { return l.meta() == p.meta(); });
+    if (!local) shared.push_back(p);
+  }
+  MTC_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp, create(std::move(shared), std::move(c), o));
   if (o.broadcast_parameters) {
     for (const Tensor& b : net.buffers()) broadcast_(b, 0, dp->comm_);
   }
@@ -146,6 +152,14 @@ void DataParallel::finish() {
     }
     b.ready = 0;
     b.launched = false;
+  }
+  // Expert parallelism's own parameters (DataParallelOptions::local): each sums what every
+  // rank's loss sent it; the ranks' losses are averaged, so it is divided by the ranks.
+  const float share = 1.f / static_cast<float>(comm_->world_size());
+  for (Tensor p : opts_.local) {
+    if (!p.grad().defined()) continue;
+    p.set_grad(scale(p.grad(), share));
+    interp_->make_gradient(p.grad());
   }
 }
 

@@ -53,12 +53,13 @@ Tensor GptAttention::forward(const Tensor& x) {
   return proj->forward(nn::scaled_dot_product_attention(q->forward(x), k->forward(x), v->forward(x), heads, mask));
 }
 
-GptBlock::GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init, const MoeConfig& moe_config) {
+GptBlock::GptBlock(int64_t dim, int heads, Tensor mask, nn::NormalInit init, const MoeConfig& moe_config,
+                   dist::CommPtr ep) {
   ln1 = register_module("ln1", std::make_shared<nn::LayerNorm>(dim));
   attn = register_module("attn", std::make_shared<GptAttention>(dim, heads, std::move(mask), init));
   ln2 = register_module("ln2", std::make_shared<nn::LayerNorm>(dim));
   if (moe_config.experts > 0) {
-    moe = register_module("moe", std::make_shared<MoeMlp>(dim, 4 * dim, moe_config, init));
+    moe = register_module("moe", std::make_shared<MoeMlp>(dim, 4 * dim, moe_config, init, std::move(ep)));
   } else {
     mlp = register_module("mlp", std::make_shared<nn::TransformerMlp>(dim, 4 * dim, init));
   }
@@ -69,7 +70,7 @@ Tensor GptBlock::forward(const Tensor& x) {
   return add(y, moe ? moe->forward(ln2->forward(y)) : mlp->forward(ln2->forward(y)));
 }
 
-Gpt::Gpt(const GptConfig& c, const MoeConfig& moe_config) : config(c), moe(moe_config) {
+Gpt::Gpt(const GptConfig& c, const MoeConfig& moe_config, dist::CommPtr ep) : config(c), moe(moe_config) {
   const absl::Status s = c.check();
   MTC_CHECK(s.ok(), "Gpt(", c.describe(), "): ", s.message());
   const nn::NormalInit init;  // std 0.02
@@ -82,7 +83,8 @@ Gpt::Gpt(const GptConfig& c, const MoeConfig& moe_config) : config(c), moe(moe_c
     MTC_CHECK(m.ok(), "Gpt(", moe.describe(), "): ", m.message());
   }
   for (int i = 0; i < c.layers; ++i) {
-    blocks_->push_back(std::make_shared<GptBlock>(c.hidden, c.heads, mask, init, i % 2 == 1 ? moe : MoeConfig{}));
+    blocks_->push_back(std::make_shared<GptBlock>(c.hidden, c.heads, mask, init, i % 2 == 1 ? moe : MoeConfig{},
+                                                  i % 2 == 1 ? ep : nullptr));
   }
   ln_f_ = register_module("ln_f", std::make_shared<nn::LayerNorm>(c.hidden));
   if (!c.tied_head) lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(c.hidden, c.vocab, init, false));

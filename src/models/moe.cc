@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "comm/communicator.h"
+#include "mtc/distributed.h"
 #include "mtc/interpreter.h"
 #include "mtc/models.h"
 #include "mtc/ops.h"
@@ -94,13 +96,22 @@ Tensor moe_aux_loss(const Tensor& probs, std::span<const double> first_share, fl
   return scale(sum(mul(p_mean, from_vector({g, e}, f))), alpha * static_cast<float>(e) / static_cast<float>(g));
 }
 
-MoeMlp::MoeMlp(int64_t dim, int64_t hidden, const MoeConfig& c, nn::NormalInit init) : config(c) {
+MoeMlp::MoeMlp(int64_t dim, int64_t hidden, const MoeConfig& c, nn::NormalInit init, dist::CommPtr ep_comm)
+    : config(c), ep(ep_comm != nullptr && ep_comm->world_size() > 1 ? std::move(ep_comm) : nullptr) {
   const absl::Status s = c.check();
   MTC_CHECK(s.ok(), "MoeMlp(", c.describe(), "): ", s.message());
+  const int ranks = ep ? ep->world_size() : 1;
+  MTC_CHECK(c.experts % ranks == 0 && (ep == nullptr || c.bucket == 0), "MoeMlp(", c.describe(), ") over ", ranks,
+            " ranks: expected experts a multiple of the ranks, and no bucket");
+  const int per_rank = c.experts / ranks;
+  first_expert = (ep ? ep->rank() : 0) * per_rank;
   router = register_module("router", std::make_shared<nn::Linear>(dim, c.experts, init, false));
+  // Every rank draws every expert's initial values, in order, and keeps its own.
   for (int i = 0; i < c.experts; ++i) {
-    experts.push_back(
-        register_module(absl::StrCat("experts.", i), std::make_shared<nn::TransformerMlp>(dim, hidden, init)));
+    auto expert = std::make_shared<nn::TransformerMlp>(dim, hidden, init);
+    if (i >= first_expert && i < first_expert + per_rank) {
+      experts.push_back(register_module(absl::StrCat("experts.", i), std::move(expert)));
+    }
   }
 }
 
@@ -125,6 +136,7 @@ Tensor MoeMlp::forward(const Tensor& x) {
   aux_ = moe_aux_loss(probs, routing_.first_share, config.aux_alpha);
   // The gates (T * E, 1), and with bucketing a last row of 0 for the padding rows.
   Tensor gates = reshape(probs, {t * e, 1});
+  if (ep != nullptr) return reshape(expert_parallel(flat, gates), x.shape());
   if (config.bucket > 0) gates = concat(std::vector<Tensor>{gates, zeros({1, 1})}, 0);
   Tensor out;
   routing_.padded = 0;
@@ -146,6 +158,60 @@ Tensor MoeMlp::forward(const Tensor& x) {
   }
   const Shape shape = x.shape();
   return reshape(out, shape);
+}
+
+// expert_parallel: MoeMlp's forward with the experts spread over `ep`'s ranks (see
+// models.h). Rows travel in expert order, so rank q's block holds its experts' rows one
+// expert after another, and each expert's rows, rank by rank, in token order: what one
+// rank with a group per rank gives the expert.
+Tensor MoeMlp::expert_parallel(const Tensor& flat, const Tensor& gates) {
+  const int ranks = ep->world_size();
+  const int64_t e = config.experts, per_rank = e / ranks, t = flat.dim(0);
+  std::vector<int32_t> mine(static_cast<size_t>(e));
+  for (int64_t i = 0; i < e; ++i) mine[i] = static_cast<int32_t>(routing_.tokens[i].size());
+  // Every rank's token count per expert, (ranks x E), read on the host: the exchange's shapes.
+  absl::StatusOr<std::vector<int32_t>> counts = dist::all_gather(from_vector_i32({e}, mine), ep).to_vector_i32();
+  if (!counts.ok()) {  // reading returned the failure: keep it for the loss
+    flat.interpreter()->record_error(counts.status());
+    return flat;
+  }
+  const std::vector<int32_t>& all = *counts;
+  std::vector<int32_t> send_tokens, send_gates;
+  std::vector<int64_t> send_rows(static_cast<size_t>(ranks), 0), recv_rows(static_cast<size_t>(ranks), 0);
+  for (int64_t i = 0; i < e; ++i) {
+    for (int32_t tok : routing_.tokens[i]) {
+      send_tokens.push_back(tok);
+      send_gates.push_back(static_cast<int32_t>(tok * e + i));
+    }
+    send_rows[i / per_rank] += static_cast<int64_t>(routing_.tokens[i].size());
+  }
+  std::vector<int64_t> from(static_cast<size_t>(ranks), 0);  // where rank q's block starts here
+  int64_t received = 0;
+  for (int q = 0; q < ranks; ++q) {
+    from[q] = received;
+    for (int64_t j = 0; j < per_rank; ++j) recv_rows[q] += all[q * e + first_expert + j];
+    received += recv_rows[q];
+  }
+  const int64_t sent = static_cast<int64_t>(send_tokens.size());
+  const Tensor token_index = from_vector_i32({sent}, send_tokens);
+  const Tensor x_recv = dist::all_to_all(embedding(flat, token_index), send_rows, recv_rows, ep);  // (received, D)
+  Tensor y_recv;
+  std::vector<int64_t> at = from;  // the next row of rank q's block
+  for (int64_t j = 0; j < per_rank; ++j) {
+    std::vector<int32_t> rows;
+    for (int q = 0; q < ranks; ++q) {
+      const int64_t n = all[q * e + first_expert + j];
+      for (int64_t k = 0; k < n; ++k) rows.push_back(static_cast<int32_t>(at[q] + k));
+      at[q] += n;
+    }
+    // An expert that received no rows still runs, on (0, D): its gradient is then 0.
+    const Tensor index = from_vector_i32({static_cast<int64_t>(rows.size())}, rows);
+    const Tensor back = scatter_add_rows(experts[j]->forward(embedding(x_recv, index)), index, received);
+    y_recv = y_recv.defined() ? add(y_recv, back) : back;
+  }
+  const Tensor y_send = dist::all_to_all(y_recv, recv_rows, send_rows, ep);  // (sent, D), as sent
+  const Tensor weighted = mul(y_send, embedding(gates, from_vector_i32({sent}, send_gates)));
+  return scatter_add_rows(weighted, token_index, t);
 }
 
 }  // namespace mtc::models

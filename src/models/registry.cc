@@ -120,7 +120,7 @@ absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o)
     return m;
   }
   if (entry.cifar_n == kMoeGptKind) {
-    m.net = std::make_shared<Gpt>(o.gpt, moe_gpt_config(o));
+    m.net = std::make_shared<Gpt>(o.gpt, moe_gpt_config(o), o.moe_ep);
     return m;
   }
   if (entry.cifar_n == kLstmKind) {
