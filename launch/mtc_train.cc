@@ -867,7 +867,7 @@ int run(const Flags& f, Input input) {
   } else if (g_world.size > 1) {
     dist::DataParallelOptions dpo{.bucket_bytes = f.bucket_bytes};
     if (f.moe_expert_parallel) {  // each rank's experts are its own
-      for (const auto& b : dynamic_cast<models::Gpt&>(*model.net).moe_blocks()) {
+      for (const auto& b : moe_gpt->moe_blocks()) {
         for (const auto& expert : b->experts) {
           for (const Tensor& p : expert->parameters()) dpo.local.push_back(p);
         }

@@ -569,6 +569,13 @@ absl::StatusOr<Model> make_model(const std::string& name, const ModelOptions& o 
 // 1 <= T <= seq (or is undefined or poisoned: the model's first op reports or passes that
 // on); otherwise records "MODEL: input ...: expected ..." on x's interpreter and says no.
 bool token_input_ok(const Tensor& x, int64_t seq, const char* model);
+// read_in_forward, read_in_forward_i32: x's values on the host, for a forward whose
+// shapes depend on them (a mixture of experts' routing, a Tree-LSTM's tree). Reading
+// synchronises and returns the interpreter's first failure, which clears it; on a
+// failure it is recorded again, so that the loss reports it and not a later op's
+// "never produced". The caller returns a tensor of its own and issues nothing more.
+absl::StatusOr<std::vector<float>> read_in_forward(const Tensor& x);
+absl::StatusOr<std::vector<int32_t>> read_in_forward_i32(const Tensor& x);
 
 // cross_entropy_loss: the mean cross-entropy of a classifier's logits (N, C) with labels
 // (N), or of a language model's logits (N, T, V) with next-token labels (N, T), seen as

@@ -98,6 +98,17 @@ std::vector<std::shared_ptr<MoeMlp>> Gpt::moe_blocks() const {
   return out;
 }
 
+namespace {
+template <typename T>
+absl::StatusOr<T> recorded(const Tensor& x, absl::StatusOr<T> v) {
+  if (!v.ok()) x.interpreter()->record_error(v.status());
+  return v;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<float>> read_in_forward(const Tensor& x) { return recorded(x, x.to_vector()); }
+absl::StatusOr<std::vector<int32_t>> read_in_forward_i32(const Tensor& x) { return recorded(x, x.to_vector_i32()); }
+
 bool token_input_ok(const Tensor& x, int64_t seq, const char* model) {
   if (!x.defined() || x.poisoned() || (x.dtype() == DType::kI32 && x.ndim() == 2 && x.dim(1) >= 1 && x.dim(1) <= seq)) {
     return true;  // an undefined or poisoned x is reported or propagated by the first op

@@ -32,7 +32,7 @@ absl::Status MoeConfig::check() const {
 int64_t MoeConfig::rows(int64_t n, int64_t capacity) const {
   if (bucket <= 0) return n;
   const int64_t r = std::max<int64_t>(1, (n + bucket - 1) / bucket) * bucket;
-  return capacity > 0 ? std::min(r, std::max(n, capacity)) : r;
+  return capacity > 0 ? std::min(r, capacity) : r;  // n <= capacity: routing kept no more
 }
 
 std::string MoeConfig::describe() const {
@@ -127,11 +127,8 @@ Tensor MoeMlp::forward(const Tensor& x) {
   }
   const Tensor probs = softmax(router->forward(flat), 1);  // (T, E)
   // The routing is decided on the host: the token counts are the shapes of what follows.
-  absl::StatusOr<std::vector<float>> p = probs.to_vector();
-  if (!p.ok()) {  // reading returned the failure, and with it the interpreter's: keep it for the loss
-    x.interpreter()->record_error(p.status());
-    return x;
-  }
+  absl::StatusOr<std::vector<float>> p = read_in_forward(probs);
+  if (!p.ok()) return x;
   routing_ = moe_route(*p, t, config);
   aux_ = moe_aux_loss(probs, routing_.first_share, config.aux_alpha);
   // The gates (T * E, 1), and with bucketing a last row of 0 for the padding rows.
@@ -170,11 +167,8 @@ Tensor MoeMlp::expert_parallel(const Tensor& flat, const Tensor& gates) {
   std::vector<int32_t> mine(static_cast<size_t>(e));
   for (int64_t i = 0; i < e; ++i) mine[i] = static_cast<int32_t>(routing_.tokens[i].size());
   // Every rank's token count per expert, (ranks x E), read on the host: the exchange's shapes.
-  absl::StatusOr<std::vector<int32_t>> counts = dist::all_gather(from_vector_i32({e}, mine), ep).to_vector_i32();
-  if (!counts.ok()) {  // reading returned the failure: keep it for the loss
-    flat.interpreter()->record_error(counts.status());
-    return flat;
-  }
+  absl::StatusOr<std::vector<int32_t>> counts = read_in_forward_i32(dist::all_gather(from_vector_i32({e}, mine), ep));
+  if (!counts.ok()) return flat;
   const std::vector<int32_t>& all = *counts;
   std::vector<int32_t> send_tokens, send_gates;
   std::vector<int64_t> send_rows(static_cast<size_t>(ranks), 0), recv_rows(static_cast<size_t>(ranks), 0);

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "mtc/interpreter.h"
 #include "mtc/models.h"
 #include "mtc/status.h"
 
@@ -39,11 +38,8 @@ Tensor TreeLstm::forward(const Tensor& x) {
   if (!leaves.defined() || leaves.poisoned()) return leaves;
   const int64_t n = x.dim(0), t_len = x.dim(1), d = config.hidden;
   // The structure comes from the data: the first sequence's tokens, read on the host.
-  absl::StatusOr<std::vector<int32_t>> ids = slice(x, 0, 0, 1).to_vector_i32();
-  if (!ids.ok()) {  // reading returned the failure, and with it the interpreter's: keep it for the loss
-    x.interpreter()->record_error(ids.status());
-    return reshape(x, {-1, -1});
-  }
+  absl::StatusOr<std::vector<int32_t>> ids = read_in_forward_i32(slice(x, 0, 0, 1));
+  if (!ids.ok()) return reshape(x, {-1, -1});
   const std::vector<Node> nodes = tree_of(*ids);
   if (nodes.empty()) return head->forward(leaves);
   // A node's children are the nodes (or leaves) that start its two halves: the state
