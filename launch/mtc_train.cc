@@ -105,6 +105,9 @@ ABSL_FLAG(FlagText, seed, {"0"}, "seed of parameter initialisation, synthetic da
 ABSL_FLAG(std::string, device, "cpu", "device: cpu|cuda");
 ABSL_FLAG(std::string, data, "synthetic",
           "data: synthetic | cifar10:PATH (a directory with data_batch_1..5.bin, or one file)");
+ABSL_FLAG(FlagText, overfit_batches, {"0"},
+          "train on the first this many batches of --data, in turn (a check that the model can fit a few batches, "
+          "as PyTorch Lightning's overfit_batches); 0: a new batch every iteration");
 ABSL_FLAG(std::string, memory, "auto",
           "device arena in bytes, e.g. 2GiB; auto: a quarter of RAM (CPU, at most 16 GiB) or 90% of free GPU "
           "memory, divided among the ranks on the machine that share it");
@@ -268,6 +271,7 @@ struct Flags {
   models::GptConfig gpt;  // --model gpt
   std::vector<int> spos_path;                  // --model spos: a fixed path, or empty
   int64_t spos_min_flops = 0, spos_max_flops = 0;  // --spos_flops, in multiply-adds
+  int overfit_batches = 0;                         // --overfit_batches (0: none)
   int spos_pool = 0;                               // --spos_pool: recurring paths (0: none)
   models::MoeConfig moe;                           // --model moe_gpt: --moe_*
   bool moe_expert_parallel = false;
@@ -414,6 +418,8 @@ Flags read_flags() {
   if (!absl::SimpleAtoi(seed, &f.seed))
     fail(kBadValue, absl::StrCat("--seed '", seed, "': expected a whole number >= 0"));
   f.data = absl::GetFlag(FLAGS_data);
+  f.overfit_batches =
+      static_cast<int>(value_or_exit(int_flag("overfit_batches", absl::GetFlag(FLAGS_overfit_batches), 0, 1 << 20)));
   f.threads = value_or_exit(int_flag("threads", absl::GetFlag(FLAGS_threads), 0, 4096));
   const FlagText image_size = absl::GetFlag(FLAGS_image_size);
   f.image_size = image_size.text == "auto" ? 0 : value_or_exit(int_flag("image_size", image_size, 1, 4096));
@@ -701,6 +707,7 @@ Input open_input(const Flags& f) {
   if (cifar && f.num_classes != in.data->num_classes()) {
     fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
   }
+  if (f.overfit_batches > 0) in.data = std::make_unique<data::RepeatBatches>(std::move(in.data), f.overfit_batches);
   return in;
 }
 

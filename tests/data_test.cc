@@ -79,6 +79,24 @@ TEST(SyntheticData, ReproducibleFromSeedAndIteration) {
   }
 }
 
+// RepeatBatches: the inner source's first `count` batches, in turn; a batch of another
+// size than the one kept is a check failure, not a silent resize.
+TEST(RepeatBatches, ReturnsTheFirstBatchesInTurn) {
+  SyntheticData ref({3, 4, 4}, 10, 5);
+  RepeatBatches r(std::make_unique<SyntheticData>(Shape{3, 4, 4}, 10, 5), 2);
+  const HostBatch b0 = ref.batch_at(0, 4), b1 = ref.batch_at(1, 4);
+  for (int i = 0; i < 5; ++i) {
+    const HostBatch got = r.next(4);
+    const HostBatch& want = i % 2 == 0 ? b0 : b1;
+    EXPECT_EQ(got.images, want.images) << i;
+    EXPECT_EQ(got.labels, want.labels) << i;
+  }
+  EXPECT_EQ(r.num_classes(), 10);
+  EXPECT_EQ(shape_str(r.sample_shape()), "[3,4,4]");
+  EXPECT_NE(r.describe().find("its first 2 batches, repeated"), std::string::npos) << r.describe();
+  EXPECT_DEATH(r.next(3), "a batch of 3 asked for where 4 was kept");
+}
+
 TEST(SyntheticData, ToDevicePutsImagesAndLabels) {
   auto rt = make_test_runtime();
   SyntheticData s({3, 2, 2}, 5, 3);

@@ -208,6 +208,7 @@ TEST_F(MtcTrain, MalformedOrMissingValues) {
   expect_bad("--iterations", "--iterations needs a value");
   expect_bad("stray", "unexpected argument 'stray'");
   expect_bad("--image_size=big", "--image_size 'big'");
+  expect_bad("--overfit_batches=-1", "--overfit_batches '-1'");
 }
 
 TEST_F(MtcTrain, HelpAndVersionExitZero) {
@@ -344,6 +345,35 @@ TEST_F(MtcTrain, ShortRunPrintsProgressAndSummary) {
   EXPECT_GT(peak, 7000000u) << "the MLP's 1.84M parameters alone take 7.4 MB";
   EXPECT_EQ(summary.back(), '\n');
   EXPECT_EQ(std::count(summary.begin(), summary.end(), '\n'), 1) << "the summary must be the last line";
+}
+
+// --overfit_batches 2: the MLP sees two batches in turn and fits them (the loss of the
+// last iteration under a quarter of the first), and the data line says so; without it
+// every batch is new and the loss stays near ln 10.
+TEST_F(MtcTrain, OverfitBatchesRepeatsTheFirstBatches) {
+  auto losses = [](const std::string& out) {
+    std::vector<double> l;
+    for (size_t at = out.find("\niter "); at != std::string::npos; at = out.find("\niter ", at + 1)) {
+      int it = 0;
+      double loss = 0;
+      if (std::sscanf(out.c_str() + at, "\niter %d loss %lf", &it, &loss) == 2) l.push_back(loss);
+    }
+    return l;
+  };
+  const std::string args = "--model=mlp --batch=8 --iterations=30 --warmup=0 --log_every=1 --memory=256MiB "
+                           "--threads=2 --optimizer=adamw --lr=1e-3";
+  const ToolRun fit = run_tool(args + " --overfit_batches=2");
+  ASSERT_EQ(fit.status, 0) << fit.err;
+  EXPECT_NE(fit.out.find("its first 2 batches, repeated"), std::string::npos) << fit.out;
+  const std::vector<double> a = losses(fit.out);
+  ASSERT_EQ(a.size(), 30u) << fit.out;
+  EXPECT_LT(a.back(), 0.25 * a.front()) << fit.out;
+  const ToolRun fresh = run_tool(args);
+  ASSERT_EQ(fresh.status, 0) << fresh.err;
+  const std::vector<double> b = losses(fresh.out);
+  ASSERT_EQ(b.size(), 30u) << fresh.out;
+  EXPECT_EQ(a[0], b[0]) << "the first batch is the same";
+  EXPECT_GT(b.back(), 1.0) << fresh.out;
 }
 
 // write_cifar: `records` CIFAR-10 records (label i % 10, pixels i + p), then `extra`

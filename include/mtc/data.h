@@ -156,6 +156,24 @@ class Cifar10 final : public DataSource {
   int64_t epoch_ = 0;
 };
 
+// RepeatBatches: the first `count` batches of `inner`, drawn once and then returned in
+// turn, forever: a model's check that it can fit a few batches (PyTorch Lightning's
+// overfit_batches). Every batch must be asked for with the same size (checked).
+class RepeatBatches final : public DataSource {
+ public:
+  RepeatBatches(std::unique_ptr<DataSource> inner, int count);
+  Shape sample_shape() const override { return inner_->sample_shape(); }
+  int num_classes() const override { return inner_->num_classes(); }
+  HostBatch next(int batch_size) override;
+  std::string describe() const override;
+
+ private:
+  std::unique_ptr<DataSource> inner_;
+  int count_;
+  std::vector<HostBatch> kept_;  // the batches drawn so far, at most count_
+  int64_t calls_ = 0;
+};
+
 // open_data: "synthetic" (samples of `sample_shape`, `num_classes` labels) or
 // "cifar10:PATH". An unknown kind or an unreadable path is an error.
 absl::StatusOr<std::unique_ptr<DataSource>> open_data(const std::string& spec, const Shape& sample_shape,

@@ -1,5 +1,5 @@
-// Putting host batches on the runtime, a batch's rows, and open_data / open_token_data:
-// the --data spec of mtc-train.
+// Putting host batches on the runtime, a batch's rows, RepeatBatches, and open_data /
+// open_token_data: the --data spec of mtc-train.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "mtc/data.h"
@@ -32,6 +32,23 @@ HostBatch HostBatch::rows(int64_t begin, int64_t count) const {
   take(tokens, b.tokens);
   take(labels, b.labels);
   return b;
+}
+
+RepeatBatches::RepeatBatches(std::unique_ptr<DataSource> inner, int count) : inner_(std::move(inner)), count_(count) {
+  MTC_CHECK(inner_ != nullptr && count_ >= 1, "RepeatBatches of ", count_, " batches");
+}
+
+HostBatch RepeatBatches::next(int batch_size) {
+  const size_t i = static_cast<size_t>(calls_++ % count_);
+  if (i == kept_.size()) kept_.push_back(inner_->next(batch_size));
+  MTC_CHECK(kept_[i].shape.at(0) == batch_size, "RepeatBatches: a batch of ", batch_size, " asked for where ",
+            kept_[i].shape.at(0), " was kept");
+  return kept_[i];
+}
+
+std::string RepeatBatches::describe() const {
+  return absl::StrCat(inner_->describe(), "; its first ", count_, count_ == 1 ? " batch" : " batches",
+                      ", repeated");
 }
 
 absl::StatusOr<std::unique_ptr<DataSource>> open_data(const std::string& spec, const Shape& sample_shape,
