@@ -98,13 +98,16 @@ absl::Status GradReducer::build(nn::Module& net) {
                                                          {.bucket_bytes = bucket_bytes_,
                                                           .broadcast_parameters = false,
                                                           .reduce = dist::Reduce::kSum,
-                                                          .scale = 1.f / static_cast<float>(groups_)}));
+                                                          .scale = 1.f / static_cast<float>(groups_),
+                                                          .local = {}}));
   }
   if (!sharded.empty()) {
     MTC_ASSIGN_OR_RETURN(across_dp_, dist::DataParallel::create(std::move(sharded), across_comm_,
                                                                 {.bucket_bytes = bucket_bytes_,
                                                                  .broadcast_parameters = false,
-                                                                 .reduce = dist::Reduce::kAvg}));
+                                                                 .reduce = dist::Reduce::kAvg,
+                                                                 .scale = 1.f,
+                                                                 .local = {}}));
   }
   layout_ = std::make_unique<Layout>(Layout{layout_of(net)});
   return absl::OkStatus();
