@@ -17,6 +17,7 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -33,6 +34,7 @@
 #include "cli.h"
 #include "comm/communicator.h"
 #include "device.h"
+#include "mtc/checkpoint.h"
 #include "mtc/data.h"
 #include "mtc/distributed.h"
 #include "mtc/dtp.h"
@@ -173,7 +175,20 @@ ABSL_FLAG(bool, allow_nonfinite, false,
           "keep training when the loss becomes NaN or infinite (default: stop with an error, exit status 1)");
 ABSL_FLAG(FlagText, fail_rank, {"-1"}, "testing: this rank fails at --fail_iteration (-1: none)");
 ABSL_FLAG(FlagText, fail_iteration, {"1"}, "testing: the iteration at which --fail_rank fails (>= 1)");
-ABSL_FLAG(std::string, fail_mode, "error", "testing: how --fail_rank fails: error|exception|kill");
+ABSL_FLAG(std::string, fail_mode, "error",
+          "testing: how --fail_rank fails: error|exception|kill|kill_while_saving (killed halfway through writing "
+          "the checkpoint of --fail_iteration)");
+ABSL_FLAG(std::string, save, "",
+          "write a checkpoint (safetensors: parameters, buffers, optimizer state, data position, random generators; "
+          "docs/checkpoints.md) to this file at the end, and every --save_every iterations; a temporary file renamed "
+          "over it, so a kill never leaves half a file");
+ABSL_FLAG(std::string, weights, "",
+          "start from the parameters and buffers of this safetensors file (PyTorch's state_dict saved with "
+          "safetensors, torchvision's names for resnet50; or an mtc checkpoint), the optimizer fresh");
+ABSL_FLAG(FlagText, save_every, {"0"}, "with --save: also save every this many iterations (0: at the end only)");
+ABSL_FLAG(std::string, resume, "",
+          "continue the run that saved this checkpoint from its iteration, up to --warmup + --iterations: the same "
+          "losses and weights as one run without the stop");
 
 namespace mtc {
 namespace {
@@ -182,6 +197,7 @@ constexpr int kBadValue = 2;  // exit status for a bad flag value or too little 
 constexpr int kFailure = 1;   // exit status for any other error at run time
 
 launch::World g_world;  // this process's place in the job (one rank when started alone)
+std::string g_command_line;  // the arguments, for a checkpoint's metadata
 bool g_comm_started = false;  // comm::init has run: the ranks are connected
 // g_pending_trace: the trace file this run opened, while no iteration has run yet; a
 // failure before training starts removes it, so that bad input leaves nothing behind.
@@ -268,6 +284,8 @@ struct Flags {
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
   std::string fail_mode;
+  std::string save, resume, weights;  // --save, --resume, --weights: checkpoint files (empty: none)
+  int save_every = 0;
   models::GptConfig gpt;  // --model gpt
   std::vector<int> spos_path;                  // --model spos: a fixed path, or empty
   int64_t spos_min_flops = 0, spos_max_flops = 0;  // --spos_flops, in multiply-adds
@@ -386,6 +404,37 @@ void read_moe_flags(Flags& f) {
   }
   if (f.moe.top_k > f.moe.experts) {
     fail(kBadValue, absl::StrCat("--moe_top_k ", f.moe.top_k, " with ", f.moe.experts, " experts: expected at most --moe_experts"));
+  }
+}
+
+// read_checkpoint_flags: --save, --save_every and --resume. The file to resume from is
+// read and checked in open_input; here, what the flags alone decide: a folder to write
+// into, and the modes a checkpoint cannot hold yet.
+void read_checkpoint_flags(Flags& f) {
+  f.save = absl::GetFlag(FLAGS_save);
+  f.resume = absl::GetFlag(FLAGS_resume);
+  f.weights = absl::GetFlag(FLAGS_weights);
+  if (cli::given("weights") && f.weights.empty()) fail(kBadValue, "--weights '': expected a safetensors file");
+  if (!f.weights.empty() && !f.resume.empty()) {
+    fail(kBadValue, "--weights with --resume: a checkpoint holds the weights already; expected one of them");
+  }
+  f.save_every = static_cast<int>(value_or_exit(int_flag("save_every", absl::GetFlag(FLAGS_save_every), 0)));
+  if (f.save_every > 0 && f.save.empty()) fail(kBadValue, "--save_every without --save: expected --save FILE");
+  if (cli::given("save") && f.save.empty()) fail(kBadValue, "--save '': expected a file name");
+  if (cli::given("resume") && f.resume.empty()) fail(kBadValue, "--resume '': expected a checkpoint file");
+  if (!f.save.empty()) {
+    if (absl::Status s = cli::check_output_file("save", f.save); !s.ok()) fail(kBadValue, std::string(s.message()));
+  }
+  if (f.fail_mode == "kill_while_saving" && f.save.empty()) {
+    fail(kBadValue, "--fail_mode kill_while_saving without --save: expected --save FILE");
+  }
+  if (f.save.empty() && f.resume.empty() && f.weights.empty()) return;
+  const char* what = f.dtp != dtp::Mode::kNone || f.dtp_auto ? "--dtp: its parameters are split over the ranks"
+                     : f.moe_expert_parallel                   ? "--moe_expert_parallel: each rank holds its own experts"
+                                                               : nullptr;
+  if (what != nullptr) {
+    fail(kBadValue, absl::StrCat(!f.save.empty() ? "--save" : !f.resume.empty() ? "--resume" : "--weights", " with ", what,
+                                 ", and checkpoints hold replicated tensors only so far; expected data parallel"));
   }
 }
 
@@ -568,9 +617,12 @@ Flags read_flags() {
   f.fail_rank = value_or_exit(int_flag("fail_rank", absl::GetFlag(FLAGS_fail_rank), -1));
   f.fail_iteration = value_or_exit(int_flag("fail_iteration", absl::GetFlag(FLAGS_fail_iteration), 1));
   f.fail_mode = absl::GetFlag(FLAGS_fail_mode);
-  if (f.fail_mode != "error" && f.fail_mode != "exception" && f.fail_mode != "kill") {
-    fail(kBadValue, absl::StrCat("--fail_mode '", f.fail_mode, "': expected error, exception or kill"));
+  if (f.fail_mode != "error" && f.fail_mode != "exception" && f.fail_mode != "kill" &&
+      f.fail_mode != "kill_while_saving") {
+    fail(kBadValue,
+         absl::StrCat("--fail_mode '", f.fail_mode, "': expected error, exception, kill or kill_while_saving"));
   }
+  read_checkpoint_flags(f);
   if (f.batch % g_world.size != 0) {
     fail(kBadValue, absl::StrCat("--batch ", f.batch, " on ", g_world.size,
                                  " ranks: expected a multiple of the number of ranks (the global batch is split "
@@ -640,7 +692,7 @@ data::HostBatch rank_rows(data::HostBatch global) {
 
 // inject_failure: --fail_rank's failure, for the tests of how the other ranks stop.
 void inject_failure(const Flags& f, int it) {
-  if (g_world.rank != f.fail_rank || it != f.fail_iteration) return;
+  if (g_world.rank != f.fail_rank || it != f.fail_iteration || f.fail_mode == "kill_while_saving") return;
   if (f.fail_mode == "kill") std::raise(SIGKILL);
   if (f.fail_mode == "exception") throw std::runtime_error(absl::StrCat("injected exception at iteration ", it));
   fail(kFailure, absl::StrCat("iteration ", it, ": injected failure (--fail_rank ", f.fail_rank, ")"));
@@ -684,7 +736,50 @@ std::vector<RankMemory> gather_memory(const MemoryStats& m, const dist::CommPtr&
 struct Input {
   std::unique_ptr<data::DataSource> data;
   Shape sample_shape;
+  // --resume: the checkpoint, read and checked, and the iteration it was saved at.
+  std::optional<checkpoint::SafetensorsFile> resume;
+  int resume_iteration = 0;
+  std::optional<checkpoint::SafetensorsFile> weights;  // --weights' file, read
 };
+
+// metadata_int: a whole-number entry of a checkpoint's metadata, or a flag error.
+int64_t metadata_int(const Flags& f, const checkpoint::SafetensorsFile& c, const std::string& key) {
+  auto it = c.metadata.find(key);
+  int64_t v = 0;
+  if (it == c.metadata.end() || !absl::SimpleAtoi(it->second, &v)) {
+    fail(kBadValue, absl::StrCat("--resume '", f.resume, "': its metadata has no whole number '", key,
+                                 "': expected a checkpoint mtc-train saved"));
+  }
+  return v;
+}
+
+// read_resume: the checkpoint of --resume, checked against the flags before anything
+// starts: mtc-train's format, the same model, and iterations left to train.
+void read_resume(const Flags& f, Input& in) {
+  absl::StatusOr<checkpoint::SafetensorsFile> c = checkpoint::read_safetensors(f.resume);
+  if (!c.ok()) fail(kBadValue, "--resume: " + std::string(c.status().message()));
+  auto meta = [&](const std::string& key) {
+    auto it = c->metadata.find(key);
+    return it == c->metadata.end() ? std::string() : it->second;
+  };
+  if (meta("format") != checkpoint::kFormat) {
+    fail(kBadValue, absl::StrCat("--resume '", f.resume, "': format '", meta("format"), "': expected '",
+                                 checkpoint::kFormat, "', a checkpoint mtc-train saved"));
+  }
+  if (meta("model") != f.model) {
+    fail(kBadValue, absl::StrCat("--resume '", f.resume, "': a checkpoint of model ", meta("model"),
+                                 ", and --model is ", f.model, ": expected the same model"));
+  }
+  const int64_t it = metadata_int(f, *c, "iteration");
+  const int total = f.warmup + f.iterations;
+  if (it < 1 || it >= total) {
+    fail(kBadValue, absl::StrCat("--resume '", f.resume, "': saved at iteration ", it, ", and --warmup + --iterations is ",
+                                 total, ": expected more iterations than the checkpoint has run"));
+  }
+  metadata_int(f, *c, "data_position");
+  in.resume_iteration = static_cast<int>(it);
+  in.resume = std::move(*c);
+}
 
 Input open_input(const Flags& f) {
   // CIFAR-10 images are 32x32 whatever the model.
@@ -708,6 +803,12 @@ Input open_input(const Flags& f) {
     fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
   }
   if (f.overfit_batches > 0) in.data = std::make_unique<data::RepeatBatches>(std::move(in.data), f.overfit_batches);
+  if (!f.resume.empty()) read_resume(f, in);
+  if (!f.weights.empty()) {
+    absl::StatusOr<checkpoint::SafetensorsFile> w = checkpoint::read_safetensors(f.weights);
+    if (!w.ok()) fail(kBadValue, "--weights: " + std::string(w.status().message()));
+    in.weights = std::move(*w);
+  }
   return in;
 }
 
@@ -747,6 +848,12 @@ int run(const Flags& f, Input input) {
                                    "): expected a larger arena; ", s.message()));
     }
     fail(kFailure, absl::StrCat("creating ", f.model, ": ", s.message()));
+  }
+  if (input.weights) {  // every rank loads the same file: no broadcast needed
+    if (absl::Status s = checkpoint::restore(f.weights, *input.weights, *model.net, nullptr); !s.ok()) {
+      fail(kBadValue, "--weights: " + std::string(s.message()));
+    }
+    out("weights: %zu tensors from %s\n", input.weights->tensors.size(), f.weights.c_str());
   }
   // SPOS: a fixed path, or a sampler seeded alike on every rank; an empty FLOPs range is
   // refused before training.
@@ -872,7 +979,8 @@ int run(const Flags& f, Input input) {
       }
     }
   } else if (g_world.size > 1) {
-    dist::DataParallelOptions dpo{.bucket_bytes = f.bucket_bytes};
+    dist::DataParallelOptions dpo;
+    dpo.bucket_bytes = f.bucket_bytes;
     if (f.moe_expert_parallel) {  // each rank's experts are its own
       for (const auto& b : moe_gpt->moe_blocks()) {
         for (const auto& expert : b->experts) {
@@ -933,6 +1041,68 @@ int run(const Flags& f, Input input) {
     fail(oom ? kBadValue : kFailure, absl::StrCat("iteration ", it, ": ", s.message()));
   };
 
+  // --resume: the model's tensors and the optimizer's state, the runtime's seed counter
+  // (dropout), the data position and the SPOS generators as they were after the saved
+  // iteration; the run goes on from the next one.
+  const int start = input.resume ? input.resume_iteration : 0;
+  if (input.resume) {
+    const checkpoint::SafetensorsFile& c = *input.resume;
+    auto meta = [&](const std::string& key) {
+      auto it = c.metadata.find(key);
+      return it == c.metadata.end() ? std::string() : it->second;
+    };
+    if (absl::Status s = checkpoint::restore(f.resume, c, *model.net, opt.get()); !s.ok()) {
+      fail(kBadValue, "--resume: " + std::string(s.message()));
+    }
+    uint64_t seeds = 0;
+    int64_t position = 0;
+    if (!absl::SimpleAtoi(meta("rng.runtime"), &seeds) || !absl::SimpleAtoi(meta("data_position"), &position)) {
+      fail(kBadValue, absl::StrCat("--resume '", f.resume, "': metadata rng.runtime '", meta("rng.runtime"),
+                                   "' or data_position '", meta("data_position"), "': expected whole numbers"));
+    }
+    rt.set_seed_counter(seeds);
+    if (absl::Status s = data->seek(position); !s.ok()) fail(kBadValue, "--resume: " + std::string(s.message()));
+    if (spos_sampler && !spos_sampler->set_state(meta("rng.spos_sampler")).ok()) {
+      fail(kBadValue, absl::StrCat("--resume '", f.resume, "': metadata rng.spos_sampler '", meta("rng.spos_sampler"),
+                                   "': expected the state of the SPOS sampler (was it saved with a fixed --spos_path?)"));
+    }
+    if (spos_pick && !spos_pick->set_state(meta("rng.spos_pick")).ok()) {
+      fail(kBadValue, absl::StrCat("--resume '", f.resume, "': metadata rng.spos_pick '", meta("rng.spos_pick"),
+                                   "': expected the state of --spos_pool's generator (was it saved with --spos_pool?)"));
+    }
+    out("resumed: %s, iteration %d, data position %lld\n", f.resume.c_str(), start, static_cast<long long>(position));
+  }
+  // untimed: this run's warm-up iterations (none left when it resumes past them).
+  const int untimed = std::max(0, f.warmup - start);
+  // save: the checkpoint after iteration `it`. Every tensor is replicated (checked with
+  // the flags), so rank 0 writes them all.
+  auto save = [&](int it, int64_t data_position) {
+    if (g_world.rank != 0) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::map<std::string, std::string> m = {{"iteration", absl::StrCat(it)},
+                                            {"model", f.model},
+                                            {"seed", absl::StrCat(f.seed)},
+                                            {"flags", g_command_line},
+                                            {"data_position", absl::StrCat(data_position)},
+                                            {"rng.runtime", absl::StrCat(rt.seed_counter())},
+                                            {"world_size", absl::StrCat(g_world.size)}};
+    if (spos_sampler) m["rng.spos_sampler"] = spos_sampler->state();
+    if (spos_pick) m["rng.spos_pick"] = spos_pick->state();
+    absl::StatusOr<checkpoint::SafetensorsFile> c = checkpoint::collect(*model.net, opt.get(), std::move(m));
+    if (!c.ok()) iteration_failed(it, c.status());
+    checkpoint::WriteOptions wo;
+    if (f.fail_mode == "kill_while_saving" && f.fail_rank == 0 && it == f.fail_iteration) {
+      wo.halfway = [] { std::raise(SIGKILL); };
+    }
+    size_t bytes = 0;
+    for (const auto& [name, t] : c->tensors) bytes += t.data.size();
+    if (absl::Status s = checkpoint::write_safetensors(f.save, *c, wo); !s.ok()) {
+      fail(kFailure, absl::StrCat("iteration ", it, ": --save: ", s.message()));
+    }
+    out("checkpoint: iteration %d saved to %s (%s of tensors, %.2f s)\n", it, f.save.c_str(), mib(bytes).c_str(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+
   model.net->train();
   std::vector<double> seconds;  // per iteration, wall clock
   double window = 0;            // seconds since the last progress line
@@ -945,7 +1115,7 @@ int run(const Flags& f, Input input) {
     if (!s.ok()) iteration_failed(it, s.status());
     return *s;
   };
-  EvictStats ev_start = f.warmup == 0 ? evict_stats(0) : EvictStats{};
+  EvictStats ev_start = untimed == 0 ? evict_stats(0) : EvictStats{};
   // TMA's totals likewise, and the compute region's high-water mark over the timed
   // iterations (its peak statistics restart when they begin).
   auto tma_stats = [&](int it) {
@@ -953,7 +1123,7 @@ int run(const Flags& f, Input input) {
     if (!s.ok()) iteration_failed(it, s.status());
     return *s;
   };
-  TmaFigures tma_start = f.warmup == 0 ? tma_stats(0) : TmaFigures{};
+  TmaFigures tma_start = untimed == 0 ? tma_stats(0) : TmaFigures{};
   size_t high_water = 0;
   // Every rank draws the same global batch and keeps its own rows of it, so N ranks see
   // exactly the samples one rank would with the whole batch.
@@ -993,10 +1163,11 @@ int run(const Flags& f, Input input) {
     if (!fig.ok()) iteration_failed(it, fig.status());
     return *fig;
   };
-  if (f.warmup == 0) dp_start = dp_figures(0);
+  if (untimed == 0) dp_start = dp_figures(0);
   const int total = f.warmup + f.iterations;  // iterations 1..warmup are not timed
+  const int timed_iterations = total - start - untimed;
   EvictStats ev_window = ev_start;  // at the last progress line
-  for (int it = 1; it <= total; ++it) {
+  for (int it = start + 1; it <= total; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
     inject_failure(f, it);
     g_pending_trace.clear();  // training has started: a failure from here leaves FILE.partial
@@ -1047,6 +1218,7 @@ int run(const Flags& f, Input input) {
     }
     window += dt;
     ++window_iters;
+    const int64_t data_position = data->position();  // the batches of iterations 1..it
     if (it < total) host = rank_rows(data->next(f.batch));  // host-side data stays out of the timing
     if (it % f.log_every == 0 || it == total) {
       absl::StatusOr<MemoryStats> m = rt.interpreter().memory_stats();
@@ -1085,17 +1257,18 @@ int run(const Flags& f, Input input) {
       window = 0;
       window_iters = 0;
     }
+    if (!f.save.empty() && ((f.save_every > 0 && it % f.save_every == 0) || it == total)) save(it, data_position);
   }
 
   // The mean over the timed iterations, those after the warm-up ones.
   double timed = 0;
-  for (size_t i = f.warmup; i < seconds.size(); ++i) timed += seconds[i];
+  for (size_t i = untimed; i < seconds.size(); ++i) timed += seconds[i];
   const EvictStats ev_end = evict_stats(total);
   const TmaFigures tma_end = tma_stats(total);
-  const double sec_per_iter = timed / f.iterations;
+  const double sec_per_iter = timed / timed_iterations;
   // The median and the least too: an iteration slowed by another process moves the mean
   // but not the median, and the least is the time undisturbed by such slow spells.
-  std::vector<double> sorted(seconds.begin() + f.warmup, seconds.end());
+  std::vector<double> sorted(seconds.begin() + untimed, seconds.end());
   std::sort(sorted.begin(), sorted.end());
   const size_t mid = sorted.size() / 2;
   const double median_sec = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
@@ -1155,7 +1328,7 @@ int run(const Flags& f, Input input) {
       "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu ranks=%d peak_comm_bytes=%zu "
       "dp_buckets=%d dp_comm_sec=%.4f dp_exposed_sec=%.4f dp_hidden_share=%.3f compactions=%llu moved_bytes=%llu "
       "move_sec=%.4f tma_plans_cached=%zu tma_plans_evicted=%llu tma_cache_bytes=%zu dp_reduced_bytes=%llu\n",
-      f.model.c_str(), f.batch, f.iterations, sec_per_iter, median_sec, sorted.front(),
+      f.model.c_str(), f.batch, timed_iterations, sec_per_iter, median_sec, sorted.front(),
       f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
       static_cast<unsigned long long>(ev_end.evict_swap - ev_start.evict_swap),
@@ -1204,6 +1377,7 @@ int main(int argc, char** argv) {
     }
     mtc::fail(mtc::kFailure, what);
   });
+  for (int i = 1; i < argc; ++i) absl::StrAppend(&mtc::g_command_line, i > 1 ? " " : "", argv[i]);
   // Every flag is checked before the ranks connect: a bad one ends every rank at once,
   // with status 2 and one line from rank 0.
   mtc::cli::parse_flags("mtc-train", "mtc_train",

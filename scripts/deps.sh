@@ -1,6 +1,7 @@
 # scripts/deps.sh: what run.sh and test.sh share. Source it, then call
 #   mtc_install_deps [--torch]   apt-get install the Debian packages mtc needs that are missing
-#                                (--torch adds python3-torch, for benchmarks/torch_peer.py);
+#                                (--torch adds python3-torch and python3-torchvision, for the
+#                                PyTorch peers in benchmarks/ and tests/torch_checkpoint.sh);
 #                                with everything present it changes nothing and needs no network
 #   mtc_build DIR [CMAKE ARGS]   configure DIR with Ninja and build it (MTC_JOBS jobs, default nproc)
 # Run directly (scripts/deps.sh [--torch]) it just installs.
@@ -15,7 +16,7 @@ MTC_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 mtc_install_deps() {
   local pkgs=("${MTC_DEPS[@]}") missing=() p
-  [ "${1:-}" = --torch ] && pkgs+=(python3-torch)
+  [ "${1:-}" = --torch ] && pkgs+=(python3-torch python3-torchvision)
   if ! command -v dpkg >/dev/null 2>&1; then
     echo "deps: no dpkg here (not Debian?); make sure these are installed: ${pkgs[*]}" >&2
     return 0

@@ -7,7 +7,7 @@
 // sync_batch_norm_backward, max_grad_mask). Every test skips without a GPU.
 //
 // Tolerances, |cuda - cpu| <= atol + rtol * |cpu|:
-//   data movement (permute, concat, split, slice, channel_shuffle, expand, reshape,
+//   data movement (permute, concat, split, slice, channel_shuffle, expand, reshape, copy_,
 //   fill, relu, add/sub/mul/scale on equal shapes): exact (0, 0), and i32 data exactly;
 //   sums (sum, mean, sum_to in the binary ops' gradients): rtol 1e-6, atol 1e-6 (both
 //   devices sum in double, only the order differs);
@@ -200,7 +200,8 @@ TEST(CudaElementwise, Activations) {
       "tanh wide", [](const TensorList& in) { return TensorList{tanh(in[0])}; }, {wide}, 1e-5, 1e-6);
 }
 
-// i32 tensors through the 4-byte data-movement kernels (and fill, expand, reshape).
+// i32 tensors through the 4-byte data-movement kernels (and fill, expand, reshape, and
+// copy_ over a tensor of zeros, in place).
 TEST(CudaElementwise, I32DataMovement) {
   MTC_SKIP_WITHOUT_GPU();
   const Shape s{2, 6, 5, 3};
@@ -222,6 +223,9 @@ TEST(CudaElementwise, I32DataMovement) {
     for (const Tensor& p : split(x, {1, 3, 2}, 1)) out.push_back(i32_of(p));
     out.push_back(i32_of(slice(x, 2, 1, -1)));
     out.push_back(i32_of(channel_shuffle(x, 3)));
+    Tensor dst = from_vector_i32(s, std::vector<int32_t>(v.size(), 0));
+    copy_(dst, x);
+    out.push_back(i32_of(dst));
     return out;
   });
   ASSERT_EQ(r.first.size(), r.second.size());

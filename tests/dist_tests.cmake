@@ -62,6 +62,10 @@ foreach(script dp_equivalence dp_failure dtp_bn_stats)
                                   ${MPIEXEC_EXECUTABLE})
   set_tests_properties(${script} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
 endforeach()
+# resume_np2.sh: a checkpoint saved and resumed under mpirun -np 2 equals one job, bit for bit.
+add_test(NAME resume_np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resume_np2.sh $<TARGET_FILE:mtc-train>
+                                 $<TARGET_FILE:mtc-ckpt> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(resume_np2 PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
 foreach(model spos moe_gpt)
   add_test(NAME dynamic_dp_${model} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dynamic_dp.sh $<TARGET_FILE:mtc-train>
                                          ${MPIEXEC_EXECUTABLE} ${model})

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "mtc/checkpoint.h"
 #include "mtc/data.h"
 #include "mtc/models.h"
 #include "mtc/optim.h"
@@ -209,6 +212,7 @@ TEST_F(MtcTrain, MalformedOrMissingValues) {
   expect_bad("stray", "unexpected argument 'stray'");
   expect_bad("--image_size=big", "--image_size 'big'");
   expect_bad("--overfit_batches=-1", "--overfit_batches '-1'");
+  expect_bad("--save_every=x --save=x.st", "--save_every 'x'");
 }
 
 TEST_F(MtcTrain, HelpAndVersionExitZero) {
@@ -374,6 +378,117 @@ TEST_F(MtcTrain, OverfitBatchesRepeatsTheFirstBatches) {
   ASSERT_EQ(b.size(), 30u) << fresh.out;
   EXPECT_EQ(a[0], b[0]) << "the first batch is the same";
   EXPECT_GT(b.back(), 1.0) << fresh.out;
+}
+
+// loss_lines: the "iter N loss X" lines of a run's output, from iteration `from` on.
+std::vector<std::string> loss_lines(const std::string& out, int from = 1) {
+  std::vector<std::string> l;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    int it = 0;
+    char loss[32];
+    if (std::sscanf(line.c_str(), "iter %d loss %31s", &it, loss) == 2 && it >= from) {
+      l.push_back(absl::StrCat(it, " ", loss));
+    }
+  }
+  return l;
+}
+
+// same_tensors: two checkpoints' tensors byte for byte (their metadata aside).
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  absl::StatusOr<checkpoint::SafetensorsFile> x = checkpoint::read_safetensors(a), y = checkpoint::read_safetensors(b);
+  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(x->tensors.size(), y->tensors.size());
+  for (const auto& [name, t] : x->tensors) {
+    auto it = y->tensors.find(name);
+    ASSERT_NE(it, y->tensors.end()) << name;
+    EXPECT_TRUE(t.data == it->second.data) << name << " differs";
+  }
+}
+
+// 3 iterations, a checkpoint, and a run resumed from it for 3 more: the losses of
+// iterations 4-6 and the final weights and optimizer state of one 6-iteration run, bit
+// for bit. ResNet-20 with SGD and momentum (batch norm's running statistics); the SPOS
+// supernet drawing from a pool of 3 paths with AdamW (the samplers' generators); one
+// warm-up iteration before the checkpoint.
+TEST_F(MtcTrain, ResumeContinuesTheRunBitForBit) {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/mtc_train_test_" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  for (const std::string model : {"--model=resnet20 --momentum=0.9", "--model=spos --spos_pool=3 --optimizer=adamw "
+                                                                      "--lr=1e-3"}) {
+    SCOPED_TRACE(model);
+    const std::string args = model + " --batch=8 --warmup=1 --log_every=1 --memory=512MiB --threads=2";
+    const ToolRun whole = run_tool(args + " --iterations=5 --save=" + dir + "/whole.st");
+    ASSERT_EQ(whole.status, 0) << whole.err;
+    const ToolRun part = run_tool(args + " --iterations=2 --save=" + dir + "/part.st");
+    ASSERT_EQ(part.status, 0) << part.err;
+    EXPECT_NE(part.out.find("checkpoint: iteration 3 saved to " + dir + "/part.st"), std::string::npos) << part.out;
+    const ToolRun rest = run_tool(args + " --iterations=5 --resume=" + dir + "/part.st --save=" + dir + "/rest.st");
+    ASSERT_EQ(rest.status, 0) << rest.err;
+    EXPECT_NE(rest.out.find("resumed: " + dir + "/part.st, iteration 3"), std::string::npos) << rest.out;
+    const std::vector<std::string> want = loss_lines(whole.out, 4), got = loss_lines(rest.out);
+    EXPECT_EQ(want.size(), 3u) << whole.out;
+    EXPECT_EQ(got, want) << rest.out;
+    EXPECT_NE(rest.out.find("iterations=3 "), std::string::npos) << "the summary counts this run's 3: " << rest.out;
+    expect_same_tensors(dir + "/whole.st", dir + "/rest.st");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A run killed halfway through writing the checkpoint of iteration 3 (--save_every 1)
+// leaves the one of iteration 2 whole, and the run resumes from it; the killed write's
+// temporary file is all that is left of it.
+TEST_F(MtcTrain, AKillWhileSavingLeavesThePreviousCheckpoint) {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/mtc_train_kill_" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/run.st";
+  const std::string args = "--model=resnet20 --batch=4 --warmup=0 --log_every=1 --memory=256MiB --threads=2 "
+                           "--iterations=4 --save=" + path;
+  const ToolRun killed = run_tool(args + " --save_every=1 --fail_rank=0 --fail_iteration=3 --fail_mode=kill_while_saving");
+  EXPECT_EQ(killed.status, 128 + SIGKILL) << killed.out << killed.err;
+  EXPECT_NE(killed.out.find("checkpoint: iteration 2 saved"), std::string::npos) << killed.out;
+  absl::StatusOr<checkpoint::SafetensorsFile> f = checkpoint::read_safetensors(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metadata["iteration"], "2");
+  int partial = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().starts_with("run.st.tmp.")) {
+      ++partial;
+      EXPECT_LT(e.file_size(), std::filesystem::file_size(path)) << "the killed write stopped halfway";
+    }
+  }
+  EXPECT_EQ(partial, 1);
+  const ToolRun resumed = run_tool(args + " --resume=" + path);
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_EQ(loss_lines(resumed.out).size(), 2u) << resumed.out;
+  std::filesystem::remove_all(dir);
+}
+
+// Checkpoint flags and files that cannot serve are refused before training, one line
+// each, status 2.
+TEST_F(MtcTrain, BadCheckpointFlagsAndFiles) {
+  expect_bad("--save_every=2", "--save_every without --save: expected --save FILE");
+  expect_bad("--save=/nonexistent/x.st", "folder /nonexistent does not exist");
+  expect_bad("--resume=/nonexistent/x.st", "--resume: checkpoint '/nonexistent/x.st': no such file");
+  expect_bad("--save=x.st --dtp=p1", "--save with --dtp: its parameters are split over the ranks");
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/mtc_train_badck_" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const ToolRun saved = run_tool("--model=mlp --batch=4 --warmup=0 --iterations=2 --memory=256MiB --threads=2 --save=" +
+                                 dir + "/mlp.st");
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  expect_bad("--model=resnet20 --resume=" + dir + "/mlp.st", "a checkpoint of model mlp, and --model is resnet20");
+  expect_bad("--model=mlp --warmup=0 --iterations=2 --resume=" + dir + "/mlp.st",
+             "saved at iteration 2, and --warmup + --iterations is 2: expected more iterations");
+  expect_bad("--model=mlp --optimizer=adamw --resume=" + dir + "/mlp.st",
+             "optimizer state of sgd: this run's optimizer is adamw");
+  const std::string bytes = slurp(dir + "/mlp.st");
+  std::ofstream(dir + "/cut.st", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  expect_bad("--model=mlp --resume=" + dir + "/cut.st", "outside the");
+  std::filesystem::remove_all(dir);
 }
 
 // write_cifar: `records` CIFAR-10 records (label i % 10, pixels i + p), then `extra`

@@ -30,6 +30,10 @@ class Rng {
   float normal(float mean = 0.f, float std = 1.f);
   // below: uniform integer in [0, n), n >= 1 (Lemire's multiply-shift; bias < 2^-32 * n).
   uint32_t below(uint32_t n);
+  // state / set_state: the whole generator as text (for a checkpoint); set_state of a
+  // text state() did not make is InvalidArgument and leaves the generator unchanged.
+  std::string state() const;
+  absl::Status set_state(const std::string& text);
 
  private:
   uint64_t state_;
@@ -70,6 +74,12 @@ class DataSource {
   virtual int num_classes() const = 0;
   virtual HostBatch next(int batch_size) = 0;
   virtual std::string describe() const = 0;  // one line for logs
+  // position: how far next() has read, in the source's own unit (batches for synthetic
+  // data, records for CIFAR-10); seek(position()) later makes next() return what it would
+  // have returned then (a checkpoint's data position). seek is InvalidArgument for a
+  // negative position.
+  virtual int64_t position() const = 0;
+  virtual absl::Status seek(int64_t position) = 0;
 };
 
 enum class Distribution : uint8_t { kNormal, kUniform };  // N(0,1), or U[-1, 1)
@@ -86,6 +96,8 @@ class SyntheticData final : public DataSource {
   HostBatch next(int batch_size) override { return batch_at(iteration_++, batch_size); }
   HostBatch batch_at(int64_t iteration, int batch_size) const;
   std::string describe() const override;
+  int64_t position() const override { return iteration_; }
+  absl::Status seek(int64_t position) override;
 
  private:
   Shape sample_shape_;
@@ -108,6 +120,8 @@ class SyntheticTokens final : public DataSource {
   HostBatch next(int batch_size) override { return batch_at(iteration_++, batch_size); }
   HostBatch batch_at(int64_t iteration, int batch_size) const;
   std::string describe() const override;
+  int64_t position() const override { return iteration_; }
+  absl::Status seek(int64_t position) override;
 
  private:
   int64_t seq_;
@@ -140,6 +154,9 @@ class Cifar10 final : public DataSource {
   HostBatch next(int batch_size) override;
   std::string describe() const override;
   int64_t size() const { return static_cast<int64_t>(labels_.size()); }  // records
+  // position: records read, over all epochs.
+  int64_t position() const override { return epoch_ * size() + cursor_; }
+  absl::Status seek(int64_t position) override;
 
  private:
   Cifar10() = default;
@@ -166,11 +183,13 @@ class RepeatBatches final : public DataSource {
   int num_classes() const override { return inner_->num_classes(); }
   HostBatch next(int batch_size) override;
   std::string describe() const override;
+  int64_t position() const override { return calls_; }  // batches returned
+  absl::Status seek(int64_t position) override;
 
  private:
   std::unique_ptr<DataSource> inner_;
   int count_;
-  std::vector<HostBatch> kept_;  // the batches drawn so far, at most count_
+  std::vector<HostBatch> kept_;  // the inner source's first batches, drawn as needed, at most count_
   int64_t calls_ = 0;
 };
 

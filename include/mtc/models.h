@@ -516,6 +516,9 @@ class SposSampler {
  public:
   explicit SposSampler(uint64_t seed, const SposSupernet* net = nullptr, int64_t min_flops = 0, int64_t max_flops = 0);
   absl::StatusOr<std::vector<int>> next();
+  // state / set_state: the generator's, for a checkpoint (data::Rng::state).
+  std::string state() const { return rng_.state(); }
+  absl::Status set_state(const std::string& text) { return rng_.set_state(text); }
 
  private:
   static constexpr int kMaxAttempts = 10000;

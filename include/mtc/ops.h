@@ -18,6 +18,9 @@ Tensor from_vector(const Shape& shape, std::span<const float> values, bool persi
 Tensor from_vector_i32(const Shape& shape, std::span<const int32_t> values);
 Tensor full(const Shape& shape, float value);
 Tensor zeros(const Shape& shape);
+// copy_: writes src's values over dst's, in place (same shape and dtype); dst keeps its
+// identity. Not recorded for autograd.
+void copy_(const Tensor& dst, const Tensor& src);
 Tensor ones(const Shape& shape);
 
 // ---- elementwise; binary ops broadcast as NumPy does ----

@@ -27,6 +27,18 @@ class Optimizer {
   const TensorList& params() const { return params_; }
   // state_bytes: this rank's bytes of optimizer state (momentum, moments) made so far.
   virtual size_t state_bytes() const = 0;
+  // name: "sgd" or "adamw", as mtc-train's --optimizer and a checkpoint spell it.
+  virtual const char* name() const = 0;
+  // StateSlots: parameter i's state for checkpoints: its tensors by name (PyTorch's:
+  // momentum_buffer; exp_avg, exp_avg_sq), each undefined before the parameter's first
+  // step, and its step count where the optimizer keeps one (AdamW), else nullptr. A
+  // checkpoint's restore sets them; a defined tensor must be persistent and shaped as
+  // the parameter.
+  struct StateSlots {
+    std::vector<std::pair<const char*, Tensor*>> tensors;
+    int64_t* step = nullptr;
+  };
+  virtual StateSlots state_slots(size_t i) = 0;
 
  protected:
   Optimizer(TensorList params, float lr) : params_(std::move(params)), lr_(lr) {}
@@ -54,6 +66,8 @@ class Sgd final : public Optimizer {
   static absl::StatusOr<std::unique_ptr<Sgd>> create(TensorList params, const SgdOptions& o);
   void step() override;
   size_t state_bytes() const override;
+  const char* name() const override { return "sgd"; }
+  StateSlots state_slots(size_t i) override;
   const SgdOptions& options() const { return opts_; }
   // momentum_buffer: parameter i's buffer; undefined before its first step or without momentum.
   const Tensor& momentum_buffer(size_t i) const { return bufs_[i]; }
@@ -81,6 +95,8 @@ class AdamW final : public Optimizer {
   static absl::StatusOr<std::unique_ptr<AdamW>> create(TensorList params, const AdamWOptions& o);
   void step() override;
   size_t state_bytes() const override;
+  const char* name() const override { return "adamw"; }
+  StateSlots state_slots(size_t i) override;
   const AdamWOptions& options() const { return opts_; }
   const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
   const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }

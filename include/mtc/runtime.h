@@ -58,6 +58,10 @@ class Runtime {
   void make_current();
   // next_seed: a fresh seed for one random op, from a counter-based stream of opts.seed.
   uint64_t next_seed();
+  // seed_counter / set_seed_counter: how many seeds next_seed has given (a checkpoint
+  // saves it, so that a resumed run's random ops draw what the whole run's would).
+  uint64_t seed_counter() const { return seed_counter_.load(); }
+  void set_seed_counter(uint64_t n) { seed_counter_.store(n); }
 
  private:
   explicit Runtime(const RuntimeOptions& o) : opts_(o) {}

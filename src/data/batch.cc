@@ -40,10 +40,18 @@ RepeatBatches::RepeatBatches(std::unique_ptr<DataSource> inner, int count) : inn
 
 HostBatch RepeatBatches::next(int batch_size) {
   const size_t i = static_cast<size_t>(calls_++ % count_);
-  if (i == kept_.size()) kept_.push_back(inner_->next(batch_size));
+  while (kept_.size() <= i) kept_.push_back(inner_->next(batch_size));
   MTC_CHECK(kept_[i].shape.at(0) == batch_size, "RepeatBatches: a batch of ", batch_size, " asked for where ",
             kept_[i].shape.at(0), " was kept");
   return kept_[i];
+}
+
+absl::Status RepeatBatches::seek(int64_t position) {
+  if (position < 0) return absl::InvalidArgumentError(absl::StrCat("seek(", position, "): expected a position >= 0"));
+  MTC_RETURN_IF_ERROR(inner_->seek(0));  // the kept batches are drawn again as next() needs them
+  kept_.clear();
+  calls_ = position;
+  return absl::OkStatus();
 }
 
 std::string RepeatBatches::describe() const {

@@ -82,6 +82,14 @@ void Cifar10::start_epoch() {
   cursor_ = 0;
 }
 
+absl::Status Cifar10::seek(int64_t position) {
+  if (position < 0) return absl::InvalidArgumentError(absl::StrCat("seek(", position, "): expected a position >= 0"));
+  epoch_ = position / size();
+  start_epoch();
+  cursor_ = position % size();
+  return absl::OkStatus();
+}
+
 HostBatch Cifar10::next(int batch_size) {
   MTC_CHECK(batch_size >= 1, "batch size ", batch_size);
   HostBatch b;

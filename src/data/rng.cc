@@ -1,8 +1,13 @@
 // Rng: splitmix64 over a counter, with uniform, normal and bounded-integer draws. The
 // same seed gives the same stream everywhere (no std:: distributions, whose output is
 // implementation-defined).
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "mtc/data.h"
 #include "mtc/status.h"
 
@@ -49,6 +54,26 @@ float Rng::normal(float mean, float std) {
 uint32_t Rng::below(uint32_t n) {
   MTC_CHECK(n >= 1, "Rng::below(0)");
   return static_cast<uint32_t>(((next_u64() >> 32) * n) >> 32);
+}
+
+std::string Rng::state() const {
+  uint64_t spare;
+  std::memcpy(&spare, &spare_, sizeof(spare));
+  return absl::StrFormat("%016x %d %016x", state_, have_spare_ ? 1 : 0, spare);
+}
+
+absl::Status Rng::set_state(const std::string& text) {
+  uint64_t state = 0, spare = 0;
+  int have = 0, used = 0;
+  if (std::sscanf(text.c_str(), "%16" SCNx64 " %d %16" SCNx64 "%n", &state, &have, &spare, &used) != 3 ||
+      used != static_cast<int>(text.size()) || (have != 0 && have != 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("random generator state '", text, "': expected three fields, as Rng::state() writes"));
+  }
+  state_ = state;
+  have_spare_ = have == 1;
+  std::memcpy(&spare_, &spare, sizeof(spare));
+  return absl::OkStatus();
 }
 
 }  // namespace mtc::data

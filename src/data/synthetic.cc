@@ -28,6 +28,12 @@ HostBatch SyntheticData::batch_at(int64_t iteration, int batch_size) const {
   return b;
 }
 
+absl::Status SyntheticData::seek(int64_t position) {
+  if (position < 0) return absl::InvalidArgumentError(absl::StrCat("seek(", position, "): expected a position >= 0"));
+  iteration_ = position;
+  return absl::OkStatus();
+}
+
 std::string SyntheticData::describe() const {
   return absl::StrCat("synthetic ", dist_ == Distribution::kNormal ? "N(0,1)" : "U[-1,1)", " samples ",
                       shape_str(sample_shape_), ", ", num_classes_, " classes, seed ", seed_);

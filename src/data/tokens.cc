@@ -28,6 +28,12 @@ HostBatch SyntheticTokens::batch_at(int64_t iteration, int batch_size) const {
   return b;
 }
 
+absl::Status SyntheticTokens::seek(int64_t position) {
+  if (position < 0) return absl::InvalidArgumentError(absl::StrCat("seek(", position, "): expected a position >= 0"));
+  iteration_ = position;
+  return absl::OkStatus();
+}
+
 std::string SyntheticTokens::describe() const {
   return absl::StrCat("synthetic tokens: sequences of ", seq_, " ids uniform in [0, ", vocab_,
                       ") with next-token labels, seed ", seed_);

@@ -1,4 +1,4 @@
-// reshape and flatten: shape rule, backward (reshape back) and API.
+// reshape and flatten: shape rule, backward (reshape back) and API; copy_ (in place).
 #include "ops/reshape.h"
 
 #include "absl/strings/str_cat.h"
@@ -86,6 +86,21 @@ std::shared_ptr<const OpDef> ReshapeOp::shard_op(const partition::Signature& s, 
   Shape local = y[0].shape;
   local[s.out[0].dim] = sbp::local_dim(local[s.out[0].dim], g);
   return std::make_shared<ReshapeOp>(std::move(local));
+}
+
+absl::Status CopyInPlaceOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
+  if (in.size() != 2 || in[0] != in[1]) {
+    return absl::InvalidArgumentError(absl::StrCat("copy_: expected two tensors of one shape and dtype, got ",
+                                                   in.size() == 2 ? in[0].str() + " and " + in[1].str()
+                                                                  : absl::StrCat(in.size(), " inputs")));
+  }
+  out.clear();
+  return absl::OkStatus();
+}
+
+void copy_(const Tensor& dst, const Tensor& src) {
+  NoGradGuard no_grad;
+  call(std::make_shared<CopyInPlaceOp>(), {dst, src});
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {

@@ -1,4 +1,5 @@
 // ReshapeOp: the same elements under a new shape (a copy, so every tensor owns its storage).
+// CopyInPlaceOp: one tensor's bytes written over another's (a checkpoint's restore).
 #pragma once
 
 #include "op_def.h"
@@ -27,6 +28,18 @@ struct ReshapeOp final : OpDef {
   std::shared_ptr<const OpDef> shard_op(const partition::Signature& s, std::span<const TensorDesc> in,
                                         const ShardContext& g) const override;
   Shape shape;  // may hold one -1
+};
+
+// CopyInPlaceOp: inputs dst, src of the same shape and dtype; dst's bytes become src's,
+// in place (declared by mutates_inputs). No outputs and no gradient: restoring a
+// parameter from a checkpoint keeps the tensor that the optimizer and data parallel hold.
+struct CopyInPlaceOp final : OpDef {
+  double flops_per_element() const override { return 0; }  // data movement
+  MTC_OP_SCHEMA("copy_")
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+  int num_outputs() const override { return 0; }
+  uint64_t mutates_inputs() const override { return 0b01; }
 };
 
 }  // namespace mtc

@@ -33,6 +33,18 @@ size_t local_bytes(const TensorList& ts) {
 size_t Sgd::state_bytes() const { return local_bytes(bufs_); }
 size_t AdamW::state_bytes() const { return local_bytes(exp_avg_) + local_bytes(exp_avg_sq_); }
 
+Optimizer::StateSlots Sgd::state_slots(size_t i) {
+  MTC_CHECK(i < params_.size(), "state_slots(", i, ") of ", params_.size(), " parameters");
+  StateSlots s;
+  if (opts_.momentum != 0.f) s.tensors.push_back({"momentum_buffer", &bufs_[i]});
+  return s;
+}
+
+Optimizer::StateSlots AdamW::state_slots(size_t i) {
+  MTC_CHECK(i < params_.size(), "state_slots(", i, ") of ", params_.size(), " parameters");
+  return StateSlots{{{"exp_avg", &exp_avg_[i]}, {"exp_avg_sq", &exp_avg_sq_[i]}}, &steps_[i]};
+}
+
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());
 }

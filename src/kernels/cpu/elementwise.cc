@@ -1,5 +1,5 @@
 // CPU kernels of the elementwise ops: fill, add/sub/mul with broadcasting, scale,
-// relu/swish/gelu/sigmoid/tanh and their gradients, expand, and reshape (a copy).
+// relu/swish/gelu/sigmoid/tanh and their gradients, expand, reshape (a copy) and copy_.
 #include <cmath>
 #include <cstring>
 
@@ -148,9 +148,15 @@ absl::Status reshape(const ReshapeOp&, const KernelArgs& a) {
   return absl::OkStatus();
 }
 
+absl::Status copy_in_place(const CopyInPlaceOp&, const KernelArgs& a) {
+  std::memcpy(a.in[0].data, a.in[1].data, a.in[1].bytes());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 MTC_REGISTER_KERNEL(FillOp, DeviceType::kCPU, fill);
+MTC_REGISTER_KERNEL(CopyInPlaceOp, DeviceType::kCPU, copy_in_place);
 MTC_REGISTER_KERNEL(ScaleOp, DeviceType::kCPU, scale);
 MTC_REGISTER_KERNEL(ExpandOp, DeviceType::kCPU, expand);
 MTC_REGISTER_KERNEL(ReshapeOp, DeviceType::kCPU, reshape);

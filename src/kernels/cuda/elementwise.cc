@@ -1,5 +1,5 @@
 // CUDA kernels of the elementwise ops: fill, add/sub/mul with NumPy broadcasting, scale,
-// relu/swish/gelu/sigmoid/tanh and their gradients, expand, reshape (a device-to-device copy), and
+// relu/swish/gelu/sigmoid/tanh and their gradients, expand, reshape and copy_ (device-to-device copies), and
 // max_grad_mask (the all_reduce(max) backward's mask). The host side here reads shapes
 // and attributes and calls the launchers of ew_elementwise.cu; broadcasting's strides are
 // computed here and passed to the kernel in a small struct by value.
@@ -115,6 +115,13 @@ absl::Status reshape(const ReshapeOp&, const KernelArgs& a) {
   return absl::OkStatus();
 }
 
+absl::Status copy_in_place(const CopyInPlaceOp&, const KernelArgs& a) {
+  const size_t bytes = a.in[1].bytes();
+  if (bytes == 0) return absl::OkStatus();
+  MTC_CUDA(cudaMemcpyAsync(a.in[0].data, a.in[1].data, bytes, cudaMemcpyDeviceToDevice, stream(a.ctx)));
+  return absl::OkStatus();
+}
+
 absl::Status max_grad_mask(const dist::MaxGradMaskOp&, const KernelArgs& a) {
   launch_max_grad_mask(a.in[0].f32(), a.in[1].f32(), a.in[2].f32(), a.out[0].f32(), a.out[0].numel(),
                        stream(a.ctx));
@@ -127,6 +134,7 @@ MTC_REGISTER_KERNEL(FillOp, DeviceType::kCUDA, fill);
 MTC_REGISTER_KERNEL(ScaleOp, DeviceType::kCUDA, scale);
 MTC_REGISTER_KERNEL(ExpandOp, DeviceType::kCUDA, expand);
 MTC_REGISTER_KERNEL(ReshapeOp, DeviceType::kCUDA, reshape);
+MTC_REGISTER_KERNEL(CopyInPlaceOp, DeviceType::kCUDA, copy_in_place);
 MTC_REGISTER_KERNEL(dist::MaxGradMaskOp, DeviceType::kCUDA, max_grad_mask);
 
 static const bool registered_families = [] {
