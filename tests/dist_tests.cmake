@@ -62,7 +62,7 @@ foreach(script dp_equivalence dp_failure dtp_bn_stats)
                                   ${MPIEXEC_EXECUTABLE})
   set_tests_properties(${script} PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
 endforeach()
-# resume_np2.sh: a checkpoint saved and resumed under mpirun -np 2 equals one job, bit for bit.
+# resume_np2.sh: 10 iterations, a checkpoint and 10 more equal 20 in one job, bit for bit (1 and 2 ranks).
 add_test(NAME resume_np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resume_np2.sh $<TARGET_FILE:mtc-train>
                                  $<TARGET_FILE:mtc-ckpt> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(resume_np2 PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)

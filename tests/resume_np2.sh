@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Checkpoints under mpirun -np 2 (data parallel, synchronised batch norm): 3 iterations,
-# a checkpoint (rank 0 writes it), and a job resumed from it for 3 more give the losses of
-# iterations 4-6 and the final tensors (parameters, running statistics, momentum) of one
-# 6-iteration job, bit for bit (mtc-ckpt --compare). A 2-rank job resumes a checkpoint a
-# single rank saved, too (the global batch is the same, split over the ranks).
+# Checkpoints under mpirun -np 1 and -np 2 (data parallel, synchronised batch norm): 10
+# iterations, a checkpoint (rank 0 writes it), and a job resumed from it for 10 more give
+# the losses of iterations 11-20 and the final tensors (parameters, running statistics,
+# momentum) of one 20-iteration job, bit for bit (mtc-ckpt --compare). A 2-rank job
+# resumes a checkpoint a single rank saved, too (the global batch is the same, split over
+# the ranks).
 # Usage: resume_np2.sh MTC_TRAIN MTC_CKPT MPIRUN   (run by ctest: tests/dist_tests.cmake)
 set -euo pipefail
 train=$1
@@ -18,16 +19,18 @@ run() {  # run NAME RANKS ARGS...
   timeout 300 "$mpirun" --oversubscribe -np "$np" "$train" "${common[@]}" "$@" >"$tmp/$name.txt" 2>&1 ||
     { cat "$tmp/$name.txt"; fail "the $name run"; }
 }
-run whole 2 --iterations=6 --save="$tmp/whole.st"
-run part 2 --iterations=3 --save="$tmp/part.st"
-run rest 2 --iterations=6 --resume="$tmp/part.st" --save="$tmp/rest.st"
-want=$(grep '^iter [4-6] ' "$tmp/whole.txt" | awk '{print $2, $4}')
-got=$(grep '^iter ' "$tmp/rest.txt" | awk '{print $2, $4}')
-echo "losses of iterations 4-6 (one job, resumed):"
-paste <(echo "$want") <(echo "$got" | awk '{print $2}')
-[ "$(wc -l <<<"$want")" = 3 ] || fail "expected 3 losses from the whole job, got: $want"
-[ "$want" = "$got" ] || fail "the resumed job's losses differ"
-"$ckpt" --in="$tmp/whole.st" --compare="$tmp/rest.st" | tail -n 1
+for np in 1 2; do
+  run "whole$np" "$np" --iterations=20 --save="$tmp/whole$np.st"
+  run "part$np" "$np" --iterations=10 --save="$tmp/part$np.st"
+  run "rest$np" "$np" --iterations=20 --resume="$tmp/part$np.st" --save="$tmp/rest$np.st"
+  want=$(grep '^iter ' "$tmp/whole$np.txt" | awk '$2 > 10 {print $2, $4}')
+  got=$(grep '^iter ' "$tmp/rest$np.txt" | awk '{print $2, $4}')
+  echo "$np rank(s): losses of iterations 11-20 (one job, resumed):"
+  paste <(echo "$want") <(echo "$got" | awk '{print $2}')
+  [ "$(wc -l <<<"$want")" = 10 ] || fail "expected 10 losses after iteration 10 from the whole job, got: $want"
+  [ "$want" = "$got" ] || fail "$np rank(s): the resumed job's losses differ"
+  "$ckpt" --in="$tmp/whole$np.st" --compare="$tmp/rest$np.st" | tail -n 1
+done
 # A single rank's checkpoint, resumed on 2 ranks: it loads and trains on.
 run one 1 --iterations=3 --save="$tmp/one.st"
 run two 2 --iterations=5 --resume="$tmp/one.st"
