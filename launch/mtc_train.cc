@@ -70,7 +70,21 @@ ABSL_FLAG(FlagText, vocab, {"config"}, "gpt, lstm: vocabulary size (>= 1); defau
 ABSL_FLAG(bool, tied_head, true, "gpt: the LM head is the token embedding (false: a Linear(hidden, vocab) of its own)");
 ABSL_FLAG(FlagText, batch, {"64"}, "samples per iteration (>= 1)");
 ABSL_FLAG(FlagText, iterations, {"50"}, "timed training iterations, after the --warmup ones (>= 1)");
-ABSL_FLAG(FlagText, lr, {"0.1"}, "learning rate (>= 0)");
+ABSL_FLAG(FlagText, lr, {"0.1"}, "learning rate (>= 0); with --lr_schedule, the schedule's base rate");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "learning rate by iteration: constant | step (times --lr_gamma every --lr_step iterations) | cosine (to "
+          "--lr_min over the run), after --lr_warmup iterations of linear warm-up (PyTorch's LinearLR, StepLR, "
+          "CosineAnnealingLR)");
+ABSL_FLAG(FlagText, lr_warmup, {"0"}, "iterations of linear learning-rate warm-up, lr * t / N (>= 0)");
+ABSL_FLAG(FlagText, lr_step, {"0"}, "--lr_schedule step: iterations between decays (>= 1)");
+ABSL_FLAG(FlagText, lr_gamma, {"0.1"}, "--lr_schedule step: the factor of each decay, in (0, 1]");
+ABSL_FLAG(FlagText, lr_min, {"0"}, "--lr_schedule cosine: the rate it ends at, in [0, --lr]");
+ABSL_FLAG(FlagText, epochs, {"0"},
+          "train this many passes over a real dataset (cifar10:PATH) instead of --iterations: iterations = "
+          "ceil(epochs x records / batch) - --warmup (0: --iterations decides)");
+ABSL_FLAG(bool, augment, false,
+          "CIFAR-10: random 32x32 crops of the image padded by 4 and horizontal flips, as torchvision's "
+          "RandomCrop(32, padding=4) and RandomHorizontalFlip(); seeded by --seed and each record's position");
 ABSL_FLAG(FlagText, momentum, {"0.9"}, "SGD momentum (>= 0); sgd only (adamw has none)");
 ABSL_FLAG(FlagText, weight_decay, {"5e-4"}, "weight decay (>= 0); decoupled for adamw");
 ABSL_FLAG(FlagText, adam_eps, {"1e-8"}, "adamw's epsilon, added to the root of the second moment (> 0)");
@@ -285,6 +299,9 @@ struct Flags {
   int fail_rank, fail_iteration;
   std::string fail_mode;
   std::string save, resume, weights;  // --save, --resume, --weights: checkpoint files (empty: none)
+  optim::LrSchedule schedule;         // --lr with --lr_schedule and its flags
+  double epochs = 0;                  // --epochs (0: --iterations decides)
+  bool augment = false;
   int save_every = 0;
   models::GptConfig gpt;  // --model gpt
   std::vector<int> spos_path;                  // --model spos: a fixed path, or empty
@@ -438,6 +455,40 @@ void read_checkpoint_flags(Flags& f) {
   }
 }
 
+// read_schedule_flags: --lr_schedule and its flags, --epochs and --augment. The cosine
+// schedule's length, and --epochs' iterations, are settled in open_input, where the data
+// set's size is known.
+void read_schedule_flags(Flags& f) {
+  optim::LrSchedule& s = f.schedule;
+  s.kind = value_or_exit(optim::parse_schedule_kind(absl::GetFlag(FLAGS_lr_schedule)), "--lr_schedule: ");
+  s.base = static_cast<float>(f.lr);
+  s.warmup = value_or_exit(int_flag("lr_warmup", absl::GetFlag(FLAGS_lr_warmup), 0));
+  s.step_size = value_or_exit(int_flag("lr_step", absl::GetFlag(FLAGS_lr_step), 0));
+  s.gamma = static_cast<float>(value_or_exit(real_flag("lr_gamma", absl::GetFlag(FLAGS_lr_gamma))));
+  s.min = static_cast<float>(value_or_exit(real_flag("lr_min", absl::GetFlag(FLAGS_lr_min))));
+  const char* kinds[] = {"constant", "step", "cosine"};
+  for (auto [flag, kind] : {std::pair{"lr_step", optim::LrSchedule::Kind::kStep},
+                            std::pair{"lr_gamma", optim::LrSchedule::Kind::kStep},
+                            std::pair{"lr_min", optim::LrSchedule::Kind::kCosine}}) {
+    if (cli::given(flag) && s.kind != kind) {
+      fail(kBadValue, absl::StrCat("--", flag, " with --lr_schedule ", kinds[static_cast<int>(s.kind)],
+                                   ": it sets the ", kinds[static_cast<int>(kind)], " schedule; expected --lr_schedule ",
+                                   kinds[static_cast<int>(kind)]));
+    }
+  }
+  if (s.kind == optim::LrSchedule::Kind::kStep && s.step_size < 1) {
+    fail(kBadValue, "--lr_schedule step without --lr_step: expected the iterations between decays, >= 1");
+  }
+  const std::string epochs = absl::GetFlag(FLAGS_epochs).text;
+  if (!absl::SimpleAtod(epochs, &f.epochs) || !(f.epochs >= 0) || !std::isfinite(f.epochs)) {
+    fail(kBadValue, absl::StrCat("--epochs '", epochs, "': expected a number of passes >= 0"));
+  }
+  if (f.epochs > 0 && cli::given("iterations")) {
+    fail(kBadValue, "--epochs with --iterations: each sets the run's length; expected one of them");
+  }
+  f.augment = absl::GetFlag(FLAGS_augment);
+}
+
 Flags read_flags() {
   Flags f;
   f.model = absl::GetFlag(FLAGS_model);
@@ -448,6 +499,7 @@ Flags read_flags() {
   f.batch = value_or_exit(int_flag("batch", absl::GetFlag(FLAGS_batch), 1));
   f.iterations = value_or_exit(int_flag("iterations", absl::GetFlag(FLAGS_iterations), 1));
   f.lr = value_or_exit(real_flag("lr", absl::GetFlag(FLAGS_lr)));
+  read_schedule_flags(f);
   f.momentum = value_or_exit(real_flag("momentum", absl::GetFlag(FLAGS_momentum)));
   f.weight_decay = value_or_exit(real_flag("weight_decay", absl::GetFlag(FLAGS_weight_decay)));
   f.adam_eps = value_or_exit(real_flag("adam_eps", absl::GetFlag(FLAGS_adam_eps)));
@@ -781,7 +833,7 @@ void read_resume(const Flags& f, Input& in) {
   in.resume = std::move(*c);
 }
 
-Input open_input(const Flags& f) {
+Input open_input(Flags& f) {
   // CIFAR-10 images are 32x32 whatever the model.
   const bool cifar = absl::StartsWith(f.data, "cifar10:");
   if (cifar && f.image_size != 0 && f.image_size != 32) {
@@ -802,6 +854,23 @@ Input open_input(const Flags& f) {
   if (cifar && f.num_classes != in.data->num_classes()) {
     fail(kBadValue, absl::StrCat("--num_classes ", f.num_classes, " with CIFAR-10 data: expected 10"));
   }
+  if ((f.epochs > 0 || f.augment) && !cifar) {
+    fail(kBadValue, absl::StrCat(f.epochs > 0 ? "--epochs" : "--augment", " with --data ", f.data,
+                                 ": expected a real dataset, --data cifar10:PATH"));
+  }
+  if (f.augment) static_cast<data::Cifar10&>(*in.data).set_augment(true);
+  if (f.epochs > 0) {
+    const int64_t records = static_cast<data::Cifar10&>(*in.data).size();
+    const int64_t total = static_cast<int64_t>(std::ceil(f.epochs * static_cast<double>(records) / f.batch));
+    if (total - f.warmup < 1 || total > (int64_t{1} << 30)) {
+      fail(kBadValue, absl::StrCat("--epochs ", f.epochs, " of ", records, " records at --batch ", f.batch, " is ",
+                                   total, " iterations, with --warmup ", f.warmup,
+                                   ": expected at least one iteration after the warm-up"));
+    }
+    f.iterations = static_cast<int>(total - f.warmup);
+  }
+  f.schedule.total = f.warmup + f.iterations;
+  if (absl::Status s = f.schedule.check(); !s.ok()) fail(kBadValue, absl::StrCat("--lr_schedule: ", s.message()));
   if (f.overfit_batches > 0) in.data = std::make_unique<data::RepeatBatches>(std::move(in.data), f.overfit_batches);
   if (!f.resume.empty()) read_resume(f, in);
   if (!f.weights.empty()) {
@@ -1029,9 +1098,10 @@ int run(const Flags& f, Input input) {
         {.lr = static_cast<float>(f.lr), .eps = static_cast<float>(f.adam_eps),
          .weight_decay = static_cast<float>(f.weight_decay)}));
   }
-  out("optimizer: %s lr %g momentum %g weight_decay %g, batch %d, %d + %d warm-up iterations\n",
+  const bool scheduled = f.schedule.kind != optim::LrSchedule::Kind::kConstant || f.schedule.warmup > 0;
+  out("optimizer: %s lr %g momentum %g weight_decay %g, batch %d, %d + %d warm-up iterations%s\n",
               f.optimizer.c_str(), f.lr, f.optimizer == "sgd" ? f.momentum : 0.0, f.weight_decay, f.batch,
-              f.iterations, f.warmup);
+              f.iterations, f.warmup, scheduled ? (", schedule: " + f.schedule.describe()).c_str() : "");
   std::fflush(stdout);
 
   // A failure inside an iteration surfaces at loss.item() (or backward): too little
@@ -1181,6 +1251,7 @@ int run(const Flags& f, Input input) {
       if (!p.ok()) iteration_failed(it, p.status());
       if (absl::Status s = spos->set_path(*p); !s.ok()) iteration_failed(it, s);
     }
+    opt->set_lr(f.schedule.at(it));
     absl::StatusOr<Tensor> loss = models::train_step(*model.net, *opt, device_batch(host), dpp(), group ? &hooks : nullptr);
     if (!loss.ok()) iteration_failed(it, loss.status());
     // The loss of the global batch: the mean of the ranks' means (equal shares); under
@@ -1228,6 +1299,7 @@ int run(const Flags& f, Input input) {
       const double ms = 1e3 * window / window_iters;
       out("iter %d loss %.6f samples/s %.1f ms %.1f peak_compute %.1f MiB", it, loss_value,
                   f.batch * 1e3 / ms, ms, peak / 1048576.0);
+      if (scheduled) out(" lr %g", opt->lr());
       if (f.runtime.evict.policy != EvictPolicy::kNone) {  // DTE per iteration, over the window
         const EvictStats e = evict_stats(it);
         const double n = window_iters;
@@ -1386,8 +1458,8 @@ int main(int argc, char** argv) {
                         "[--memory=2GiB]\n"
                         "  mpirun -np 4 mtc-train --model=resnet20 --batch=256 [--sync_bn]   (data parallel)",
                         argc, argv);
-  const mtc::Flags flags = mtc::read_flags();
-  mtc::Input input = mtc::open_input(flags);
+  mtc::Flags flags = mtc::read_flags();
+  mtc::Input input = mtc::open_input(flags);  // settles --epochs' iterations
   // Open MPI's waiting threads spin by default. A rank's comm thread waits in MPI while
   // its kernels run, and with as many ranks as cores the spinning takes their cores:
   // waiting threads yield instead, unless the user set it (benchmarks/dp_overlap.sh).

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,76 @@ TEST_F(CifarFiles, DirectoryReadsFiveBatchesAndNamesAMissingOne) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ((*c)->size(), 10);
   EXPECT_EQ((*c)->next(10).labels, (std::vector<int32_t>{2, 3, 4, 5, 6, 7, 8, 9, 0, 1}));
+}
+
+// seek: back to a position read before, the same batches follow, across an epoch's end
+// and with shuffling; synthetic data and RepeatBatches too.
+TEST_F(CifarFiles, SeekReturnsToAPositionAcrossEpochs) {
+  const std::string path = write("data_batch_1.bin", records(0, 10));
+  auto c = Cifar10::open(path, /*shuffle=*/true, /*seed=*/4);
+  ASSERT_TRUE(c.ok()) << c.status();
+  (*c)->next(7);
+  EXPECT_EQ((*c)->position(), 7);
+  const HostBatch b1 = (*c)->next(6), b2 = (*c)->next(6);  // 7..13 crosses into epoch 1
+  EXPECT_EQ((*c)->position(), 19);
+  ASSERT_TRUE((*c)->seek(7).ok());
+  EXPECT_EQ((*c)->next(6).labels, b1.labels);
+  EXPECT_EQ((*c)->next(6).images, b2.images);
+  EXPECT_FALSE((*c)->seek(-1).ok());
+  SyntheticData syn({2, 2}, 3, 1);
+  syn.next(2);
+  const HostBatch s1 = syn.next(2);
+  ASSERT_TRUE(syn.seek(1).ok());
+  EXPECT_EQ(syn.next(2).images, s1.images);
+  RepeatBatches r(std::make_unique<SyntheticData>(Shape{2, 2}, 3, 1), 3);
+  for (int i = 0; i < 4; ++i) r.next(2);
+  const HostBatch r4 = r.next(2);  // batch 1 of the inner source
+  ASSERT_TRUE(r.seek(4).ok());
+  EXPECT_EQ(r.next(2).images, r4.images);
+  EXPECT_EQ(r4.images, s1.images);
+}
+
+// Augmented, each image is its record padded by 4 black pixels, cropped at an offset in
+// [-4, 4] each way and mirrored or not (checked against every such transform, computed
+// here); the offsets vary over the records; the draws repeat when the position is read
+// again; without augmentation the images are the records themselves.
+TEST_F(CifarFiles, AugmentCropsAndFlipsReproducibly) {
+  const std::string path = write("data_batch_1.bin", records(0, 40));
+  auto plain = Cifar10::open(path);
+  auto aug = Cifar10::open(path, /*shuffle=*/false, /*seed=*/3);
+  ASSERT_TRUE(plain.ok() && aug.ok());
+  (*aug)->set_augment(true);
+  const HostBatch p = (*plain)->next(40), a = (*aug)->next(40);
+  EXPECT_EQ(a.labels, p.labels);
+  constexpr int kPlane = 32 * 32;
+  std::set<int> seen;
+  for (int i = 0; i < 40; ++i) {
+    const float* src = p.images.data() + static_cast<size_t>(i) * kCifarImageBytes;
+    const float* got = a.images.data() + static_cast<size_t>(i) * kCifarImageBytes;
+    int match = -1;
+    for (int t = 0; t < 9 * 9 * 2 && match < 0; ++t) {
+      const int dy = t / 18 - 4, dx = t / 2 % 9 - 4;
+      const bool flip = t % 2 == 1;
+      bool ok = true;
+      for (int c = 0; c < 3 && ok; ++c) {
+        const float black = (0.f - kCifarMean[c]) * (1.f / kCifarStd[c]);  // as the reader rounds it
+        for (int y = 0; y < 32 && ok; ++y) {
+          for (int x = 0; x < 32 && ok; ++x) {
+            const int sy = y + dy, sx = (flip ? 31 - x : x) + dx;
+            const float want =
+                sy >= 0 && sy < 32 && sx >= 0 && sx < 32 ? src[c * kPlane + sy * 32 + sx] : black;
+            ok = got[c * kPlane + y * 32 + x] == want;
+          }
+        }
+      }
+      if (ok) match = t;
+    }
+    EXPECT_GE(match, 0) << "image " << i << " is no crop and flip of its record";
+    seen.insert(match);
+  }
+  EXPECT_GE(seen.size(), 20u) << "the 40 images' crops and flips should vary";
+  ASSERT_TRUE((*aug)->seek(0).ok());
+  EXPECT_EQ((*aug)->next(40).images, a.images);
 }
 
 TEST_F(CifarFiles, ShuffledEpochsArePermutationsReproducibleFromSeed) {

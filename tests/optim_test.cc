@@ -208,5 +208,39 @@ TEST(Optimizer, SgdDescendsAQuadraticThroughAutograd) {
   EXPECT_LT(last, 1e-6f * first);
 }
 
+// LrSchedule against PyTorch's schedulers stepped once per iteration, values worked by
+// hand: LinearLR(start_factor=1/4, total_iters=3) for the warm-up, then StepLR(step_size
+// 3, gamma 0.5) or CosineAnnealingLR(T_max 4, eta_min 0.01) from the base 0.2.
+TEST(LrSchedule, WarmupStepAndCosineAsPyTorch) {
+  LrSchedule s{.kind = LrSchedule::Kind::kStep, .base = 0.2f, .warmup = 4, .step_size = 3, .gamma = 0.5f};
+  ASSERT_TRUE(s.check().ok());
+  const float step[] = {0.05f, 0.1f, 0.15f, 0.2f, 0.2f, 0.2f, 0.2f, 0.1f, 0.1f, 0.1f, 0.05f};
+  for (int t = 1; t <= 11; ++t) EXPECT_FLOAT_EQ(s.at(t), step[t - 1]) << "step, iteration " << t;
+  LrSchedule c{.kind = LrSchedule::Kind::kCosine, .base = 0.2f, .warmup = 0, .min = 0.01f, .total = 4};
+  ASSERT_TRUE(c.check().ok());
+  // min + (base - min) * (1 + cos(pi * s / 4)) / 2 for s = 0..3
+  const double want[] = {0.2, 0.01 + 0.19 * (1 + std::sqrt(0.5)) / 2, 0.105, 0.01 + 0.19 * (1 - std::sqrt(0.5)) / 2};
+  for (int t = 1; t <= 4; ++t) EXPECT_NEAR(c.at(t), want[t - 1], 1e-7) << "cosine, iteration " << t;
+  EXPECT_EQ(LrSchedule{.base = 0.3f}.at(17), 0.3f);
+  EXPECT_EQ(c.describe(), "cosine from 0.2 to 0.01 over 4 iterations");
+  EXPECT_EQ(s.describe(), "0.2, times 0.5 every 3 iterations after 4 of linear warm-up");
+}
+
+TEST(LrSchedule, SchedulesThatCannotRunAreNamed) {
+  auto expect_bad = [](const LrSchedule& s, const std::string& want) {
+    absl::Status st = s.check();
+    EXPECT_FALSE(st.ok()) << want;
+    EXPECT_NE(st.message().find(want), std::string::npos) << st;
+  };
+  expect_bad({.kind = LrSchedule::Kind::kStep, .base = 0.1f}, "step schedule every 0 iterations");
+  expect_bad({.kind = LrSchedule::Kind::kStep, .base = 0.1f, .step_size = 2, .gamma = 1.5f}, "factor 1.5");
+  expect_bad({.kind = LrSchedule::Kind::kCosine, .base = 0.1f, .warmup = 5, .total = 5},
+             "cosine schedule over 5 iterations with 5 of warm-up");
+  expect_bad({.kind = LrSchedule::Kind::kCosine, .base = 0.1f, .min = 0.2f, .total = 5}, "end rate 0.2");
+  expect_bad({.base = -1.f}, "learning rate -1");
+  EXPECT_FALSE(parse_schedule_kind("linear").ok());
+  EXPECT_EQ(*parse_schedule_kind("cosine"), LrSchedule::Kind::kCosine);
+}
+
 }  // namespace
 }  // namespace mtc::optim

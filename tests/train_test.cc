@@ -521,5 +521,44 @@ TEST_F(MtcTrain, TrainsOnACifarFileAndRejectsATruncatedOne) {
   std::filesystem::remove(bad);
 }
 
+// --epochs on a CIFAR file: 2 passes over 20 records at batch 8 are ceil(40 / 8) = 5
+// iterations, 1 of them warm-up; --augment's crops and flips repeat with the seed (equal
+// losses) and change the data (other losses than without it); a cosine schedule prints
+// its rate per iteration.
+TEST_F(MtcTrain, EpochsAugmentAndScheduleOnCifar) {
+  const std::string file = write_cifar("epochs.bin", 20);
+  const std::string args = "--model=resnet20 --data=cifar10:" + file +
+                           " --batch=8 --epochs=2 --warmup=1 --log_every=1 --memory=256MiB --threads=2";
+  const ToolRun plain = run_tool(args);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_NE(plain.out.find("batch 8, 4 + 1 warm-up iterations"), std::string::npos) << plain.out;
+  EXPECT_EQ(loss_lines(plain.out).size(), 5u) << plain.out;
+  const ToolRun a = run_tool(args + " --augment"), b = run_tool(args + " --augment");
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_EQ(loss_lines(a.out), loss_lines(b.out));
+  EXPECT_NE(loss_lines(a.out), loss_lines(plain.out));
+  const ToolRun c = run_tool(args + " --lr_schedule=cosine --lr_warmup=2 --lr=0.2");
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("schedule: cosine from 0.2 to 0 over 3 iterations after 2 of linear warm-up"),
+            std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("\niter 1 loss "), std::string::npos);
+  EXPECT_NE(c.out.find(" lr 0.1 |"), std::string::npos) << "iteration 1 of 2 warm-up: 0.2 / 2\n" << c.out;
+  EXPECT_NE(c.out.find(" lr 0.05 |"), std::string::npos) << "the cosine's middle step\n" << c.out;
+  std::filesystem::remove(file);
+}
+
+TEST_F(MtcTrain, BadScheduleEpochAndAugmentFlags) {
+  expect_bad("--lr_schedule=step", "--lr_schedule step without --lr_step");
+  expect_bad("--lr_schedule=linear", "learning-rate schedule 'linear': expected constant, step or cosine");
+  expect_bad("--lr_min=0.01", "--lr_min with --lr_schedule constant");
+  expect_bad("--lr_schedule=cosine --lr_warmup=60 --iterations=10 --warmup=0",
+             "cosine schedule over 10 iterations with 60 of warm-up");
+  expect_bad("--epochs=2", "--epochs with --data synthetic: expected a real dataset");
+  expect_bad("--augment", "--augment with --data synthetic");
+  expect_bad("--epochs=1 --iterations=3", "--epochs with --iterations");
+  expect_bad("--epochs=-1", "--epochs '-1'");
+}
+
 }  // namespace
 }  // namespace mtc

@@ -157,6 +157,12 @@ class Cifar10 final : public DataSource {
   // position: records read, over all epochs.
   int64_t position() const override { return epoch_ * size() + cursor_; }
   absl::Status seek(int64_t position) override;
+  // set_augment: from the next batch on, each image as torchvision's RandomCrop(32,
+  // padding=4) and RandomHorizontalFlip() make it for CIFAR-10: padded with 4 black
+  // pixels, a 32x32 window at a random offset (0-8 each way), mirrored with probability
+  // 1/2. The draws come from (seed, the record's position), so a batch is the same
+  // whenever it is read again (a resumed run's too).
+  void set_augment(bool on) { augment_ = on; }
 
  private:
   Cifar10() = default;
@@ -167,6 +173,7 @@ class Cifar10 final : public DataSource {
   std::vector<uint8_t> labels_;
   std::vector<uint8_t> pixels_;  // size() * kCifarImageBytes
   bool shuffle_ = false;
+  bool augment_ = false;
   uint64_t seed_ = 0;
   std::vector<int64_t> order_;  // this epoch's record order
   int64_t cursor_ = 0;          // next position in order_

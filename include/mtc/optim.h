@@ -108,4 +108,32 @@ class AdamW final : public Optimizer {
   std::vector<int64_t> steps_;  // per parameter, as PyTorch's state["step"]
 };
 
+// LrSchedule: the learning rate of iteration t = 1, 2, ..., total (the step it takes),
+// as PyTorch's schedulers give it when stepped once per iteration:
+//   t <= warmup:  base * t / warmup                      (LinearLR, start_factor 1/warmup)
+//   then, with s = t - warmup - 1 (0 at the first iteration after the warm-up):
+//   constant:     base
+//   step:         base * gamma^floor(s / step_size)       (StepLR)
+//   cosine:       min + (base - min) * (1 + cos(pi * s / (total - warmup))) / 2
+//                                                         (CosineAnnealingLR, T_max = total - warmup)
+// The rate depends on t alone, so a resumed run continues the schedule exactly.
+struct LrSchedule {
+  enum class Kind : uint8_t { kConstant, kStep, kCosine };
+  Kind kind = Kind::kConstant;
+  float base = 0.1f;
+  int64_t warmup = 0;     // iterations of linear warm-up (0: none)
+  int64_t step_size = 0;  // step: iterations between decays
+  float gamma = 0.1f;     // step: the factor of each decay
+  float min = 0.f;        // cosine: the rate it ends at
+  int64_t total = 0;      // cosine: the run's iterations
+  // check: InvalidArgument naming the field for a schedule that cannot run: a negative
+  // rate or warm-up, step without step_size >= 1 or with gamma outside (0, 1], cosine with
+  // min > base or no iterations after the warm-up.
+  absl::Status check() const;
+  float at(int64_t t) const;
+  std::string describe() const;  // "cosine from 0.1 to 0 over 90 iterations after 10 of warm-up"
+};
+// parse_schedule_kind: "constant", "step" or "cosine".
+absl::StatusOr<LrSchedule::Kind> parse_schedule_kind(const std::string& name);
+
 }  // namespace mtc::optim

@@ -1,6 +1,6 @@
 // The CIFAR-10 binary reader: validates every record on load (so a bad file fails at
 // start-up, naming the file and the record), then serves normalised batches in order or
-// in a per-epoch shuffled order.
+// in a per-epoch shuffled order, optionally augmented (random crop and flip).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +12,10 @@
 #include "mtc/status.h"
 
 namespace mtc::data {
+
+namespace {
+constexpr uint64_t kAugmentStream = 0x6175676d656e74;  // "augment": the crops' draws, apart from the shuffles'
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Cifar10>> Cifar10::open(const std::string& path, bool shuffle, uint64_t seed) {
   std::unique_ptr<Cifar10> c(new Cifar10());
@@ -102,14 +106,33 @@ HostBatch Cifar10::next(int batch_size) {
       ++epoch_;
       start_epoch();
     }
+    const int64_t at = position();  // this record's place in the whole stream
     const int64_t r = order_[cursor_++];
     b.labels[i] = labels_[r];
     const uint8_t* px = pixels_.data() + r * kCifarImageBytes;
     float* dst = b.images.data() + static_cast<size_t>(i) * kCifarImageBytes;
+    if (!augment_) {
+      for (int c = 0; c < 3; ++c) {
+        const float inv_std = 1.f / kCifarStd[c];
+        for (int p = 0; p < kPlane; ++p) {
+          dst[c * kPlane + p] = (px[c * kPlane + p] / 255.f - kCifarMean[c]) * inv_std;
+        }
+      }
+      continue;
+    }
+    // Crop then flip: output (y, x) is the source pixel (y + dy, x' + dx) with x' = 31 - x
+    // when mirrored, else x; outside the image, the padding's black (0).
+    Rng rng(seed_ + kAugmentStream, static_cast<uint64_t>(at));
+    const int dy = static_cast<int>(rng.below(9)) - 4, dx = static_cast<int>(rng.below(9)) - 4;
+    const bool flip = rng.below(2) == 1;
     for (int c = 0; c < 3; ++c) {
       const float inv_std = 1.f / kCifarStd[c];
-      for (int p = 0; p < kPlane; ++p) {
-        dst[c * kPlane + p] = (px[c * kPlane + p] / 255.f - kCifarMean[c]) * inv_std;
+      for (int y = 0; y < 32; ++y) {
+        for (int x = 0; x < 32; ++x) {
+          const int sy = y + dy, sx = (flip ? 31 - x : x) + dx;
+          const int v = sy >= 0 && sy < 32 && sx >= 0 && sx < 32 ? px[c * kPlane + sy * 32 + sx] : 0;
+          dst[c * kPlane + y * 32 + x] = (v / 255.f - kCifarMean[c]) * inv_std;
+        }
       }
     }
   }
