@@ -15,6 +15,7 @@
 #include <cstdarg>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -79,6 +80,15 @@ ABSL_FLAG(FlagText, lr_warmup, {"0"}, "iterations of linear learning-rate warm-u
 ABSL_FLAG(FlagText, lr_step, {"0"}, "--lr_schedule step: iterations between decays (>= 1)");
 ABSL_FLAG(FlagText, lr_gamma, {"0.1"}, "--lr_schedule step: the factor of each decay, in (0, 1]");
 ABSL_FLAG(FlagText, lr_min, {"0"}, "--lr_schedule cosine: the rate it ends at, in [0, --lr]");
+ABSL_FLAG(FlagText, eval_every, {"0"},
+          "evaluate on held-out data every this many iterations and after the last, in eval mode (batch norm's "
+          "running statistics, no dropout): loss and top-1 / top-5 accuracy (0: never)");
+ABSL_FLAG(std::string, eval_data, "",
+          "the held-out data: cifar10:PATH (default with --data cifar10:DIR: DIR/test_batch.bin), or synthetic (the "
+          "default with synthetic data: batches drawn apart from the training ones)");
+ABSL_FLAG(FlagText, eval_batches, {"0"},
+          "batches of --batch per evaluation (0: the whole CIFAR-10 test file, rounded up to whole batches; 10 for "
+          "synthetic data)");
 ABSL_FLAG(FlagText, epochs, {"0"},
           "train this many passes over a real dataset (cifar10:PATH) instead of --iterations: iterations = "
           "ceil(epochs x records / batch) - --warmup (0: --iterations decides)");
@@ -301,6 +311,8 @@ struct Flags {
   std::string save, resume, weights;  // --save, --resume, --weights: checkpoint files (empty: none)
   optim::LrSchedule schedule;         // --lr with --lr_schedule and its flags
   double epochs = 0;                  // --epochs (0: --iterations decides)
+  int eval_every = 0, eval_batches = 0;  // --eval_every (0: none), --eval_batches (0: settled in open_input)
+  std::string eval_data;
   bool augment = false;
   int save_every = 0;
   models::GptConfig gpt;  // --model gpt
@@ -445,6 +457,9 @@ void read_checkpoint_flags(Flags& f) {
   if (f.fail_mode == "kill_while_saving" && f.save.empty()) {
     fail(kBadValue, "--fail_mode kill_while_saving without --save: expected --save FILE");
   }
+  if (f.eval_every > 0 && (f.dtp != dtp::Mode::kNone || f.dtp_auto)) {
+    fail(kBadValue, "--eval_every with --dtp: evaluation runs data parallel only so far; expected no --dtp");
+  }
   if (f.save.empty() && f.resume.empty() && f.weights.empty()) return;
   const char* what = f.dtp != dtp::Mode::kNone || f.dtp_auto ? "--dtp: its parameters are split over the ranks"
                      : f.moe_expert_parallel                   ? "--moe_expert_parallel: each rank holds its own experts"
@@ -487,6 +502,14 @@ void read_schedule_flags(Flags& f) {
     fail(kBadValue, "--epochs with --iterations: each sets the run's length; expected one of them");
   }
   f.augment = absl::GetFlag(FLAGS_augment);
+  f.eval_every = static_cast<int>(value_or_exit(int_flag("eval_every", absl::GetFlag(FLAGS_eval_every), 0)));
+  f.eval_batches = static_cast<int>(value_or_exit(int_flag("eval_batches", absl::GetFlag(FLAGS_eval_batches), 0)));
+  f.eval_data = absl::GetFlag(FLAGS_eval_data);
+  for (const char* name : {"eval_data", "eval_batches"}) {
+    if (cli::given(name) && f.eval_every == 0) {
+      fail(kBadValue, absl::StrCat("--", name, " without --eval_every: expected --eval_every N"));
+    }
+  }
 }
 
 Flags read_flags() {
@@ -792,6 +815,7 @@ struct Input {
   std::optional<checkpoint::SafetensorsFile> resume;
   int resume_iteration = 0;
   std::optional<checkpoint::SafetensorsFile> weights;  // --weights' file, read
+  std::unique_ptr<data::DataSource> eval;               // --eval_every's held-out data
 };
 
 // metadata_int: a whole-number entry of a checkpoint's metadata, or a flag error.
@@ -833,6 +857,39 @@ void read_resume(const Flags& f, Input& in) {
   in.resume = std::move(*c);
 }
 
+// open_eval: --eval_every's held-out data: a CIFAR-10 file (the training folder's
+// test_batch.bin by default), or synthetic batches from another seed than training's.
+void open_eval(Flags& f, bool cifar, Input& in) {
+  std::string spec = f.eval_data;
+  if (spec.empty()) {
+    if (cifar) {
+      const std::string dir = f.data.substr(8);
+      std::error_code ec;
+      if (!std::filesystem::is_directory(dir, ec)) {
+        fail(kBadValue, absl::StrCat("--eval_every with --data ", f.data, ", a file: expected --eval_data cifar10:PATH ",
+                                     "(with a folder, its test_batch.bin is the default)"));
+      }
+      spec = "cifar10:" + (std::filesystem::path(dir) / "test_batch.bin").string();
+    } else {
+      spec = "synthetic";
+    }
+  }
+  const bool eval_cifar = absl::StartsWith(spec, "cifar10:");
+  if (eval_cifar != cifar) {
+    fail(kBadValue, absl::StrCat("--eval_data ", spec, " with --data ", f.data,
+                                 ": expected held-out data of the training data's kind"));
+  }
+  const uint64_t seed = f.seed + 0x65766c;  // "evl": apart from the training batches
+  in.eval = models::is_language_model(f.model)
+                ? value_or_exit(data::open_token_data(spec, f.gpt.seq, f.gpt.vocab, seed), "--eval_data: ")
+                : value_or_exit(data::open_data(spec, in.sample_shape, f.num_classes, seed, /*shuffle=*/false),
+                                "--eval_data: ");
+  if (f.eval_batches == 0) {
+    f.eval_batches = eval_cifar ? static_cast<int>((static_cast<data::Cifar10&>(*in.eval).size() + f.batch - 1) / f.batch)
+                                : 10;
+  }
+}
+
 Input open_input(Flags& f) {
   // CIFAR-10 images are 32x32 whatever the model.
   const bool cifar = absl::StartsWith(f.data, "cifar10:");
@@ -871,6 +928,7 @@ Input open_input(Flags& f) {
   }
   f.schedule.total = f.warmup + f.iterations;
   if (absl::Status s = f.schedule.check(); !s.ok()) fail(kBadValue, absl::StrCat("--lr_schedule: ", s.message()));
+  if (f.eval_every > 0) open_eval(f, cifar, in);
   if (f.overfit_batches > 0) in.data = std::make_unique<data::RepeatBatches>(std::move(in.data), f.overfit_batches);
   if (!f.resume.empty()) read_resume(f, in);
   if (!f.weights.empty()) {
@@ -1142,6 +1200,56 @@ int run(const Flags& f, Input input) {
     }
     out("resumed: %s, iteration %d, data position %lld\n", f.resume.c_str(), start, static_cast<long long>(position));
   }
+  // evaluate: --eval_every's pass over the held-out batches (the same ones each time), in
+  // eval mode and without autograd. Each rank takes its rows of every batch; the sums of
+  // loss and hits are all-reduced, so every rank prints the same figures.
+  auto evaluate = [&](int it) {
+    if (input.eval == nullptr) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (absl::Status s = input.eval->seek(0); !s.ok()) iteration_failed(it, s);
+    model.net->eval();
+    double sums[4] = {0, 0, 0, 0};  // loss x rows, top-1 hits, top-5 hits, rows
+    int k = 0;
+    {
+      NoGradGuard no_grad;
+      for (int b = 0; b < f.eval_batches; ++b) {
+        const data::Batch d = data::to_device(rank_rows(input.eval->next(f.batch)));
+        Tensor logits = model.net->forward(d.images);
+        Tensor labels = d.labels;
+        if (logits.defined() && !logits.poisoned() && logits.ndim() == 3) {  // a language model's (N, T, V)
+          logits = reshape(logits, {-1, logits.dim(2)});
+          labels = reshape(labels, {-1});
+        }
+        k = logits.defined() && !logits.poisoned() ? static_cast<int>(std::min<int64_t>(5, logits.dim(-1))) : 1;
+        absl::StatusOr<float> loss = cross_entropy(logits, labels).item();
+        absl::StatusOr<std::vector<int32_t>> top = topk(logits, k).to_vector_i32();
+        absl::StatusOr<std::vector<int32_t>> want = labels.to_vector_i32();
+        if (!loss.ok()) iteration_failed(it, loss.status());
+        if (!top.ok()) iteration_failed(it, top.status());
+        if (!want.ok()) iteration_failed(it, want.status());
+        for (size_t r = 0; r < want->size(); ++r) {
+          for (int j = 0; j < k; ++j) {
+            if ((*top)[r * k + j] != (*want)[r]) continue;
+            sums[1] += j == 0;
+            sums[2] += 1;
+          }
+        }
+        sums[0] += static_cast<double>(*loss) * static_cast<double>(want->size());
+        sums[3] += static_cast<double>(want->size());
+      }
+      if (comm != nullptr && comm->world_size() > 1) {
+        std::vector<float> v(std::begin(sums), std::end(sums));
+        absl::StatusOr<std::vector<float>> all =
+            dist::all_reduce(from_vector(Shape{4}, v), dist::Reduce::kSum, comm).to_vector();
+        if (!all.ok()) iteration_failed(it, all.status());
+        for (int i = 0; i < 4; ++i) sums[i] = (*all)[i];
+      }
+    }
+    model.net->train();
+    out("eval iter %d: loss %.6f top-1 %.2f%% top-%d %.2f%% (%.0f samples, %.2f s)\n", it, sums[0] / sums[3],
+        100 * sums[1] / sums[3], k, 100 * sums[2] / sums[3], sums[3],
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
   // untimed: this run's warm-up iterations (none left when it resumes past them).
   const int untimed = std::max(0, f.warmup - start);
   // save: the checkpoint after iteration `it`. Every tensor is replicated (checked with
@@ -1329,6 +1437,7 @@ int run(const Flags& f, Input input) {
       window = 0;
       window_iters = 0;
     }
+    if (f.eval_every > 0 && (it % f.eval_every == 0 || it == total)) evaluate(it);
     if (!f.save.empty() && ((f.save_every > 0 && it % f.save_every == 0) || it == total)) save(it, data_position);
   }
 

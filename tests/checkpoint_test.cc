@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "mtc/checkpoint.h"
 #include "mtc/data.h"
@@ -319,11 +321,9 @@ TEST(Checkpoint, TorchvisionResNet50NamesLoadIntoMtcsResNet50) {
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(k) + static_cast<float>(i) * 1e-6f;
       bytes = bytes_of(v);
     }
-    std::string dims;
-    for (int64_t d : shape) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-    header += (k ? "," : "") + std::string("\"") + name + "\":{\"dtype\":\"" + (counter ? "I64" : "F32") +
-              "\",\"shape\":[" + dims + "],\"data_offsets\":[" + std::to_string(buffer.size()) + "," +
-              std::to_string(buffer.size() + bytes.size()) + "]}";
+    absl::StrAppend(&header, k ? "," : "", "\"", name, "\":{\"dtype\":\"", counter ? "I64" : "F32",
+                    "\",\"shape\":[", absl::StrJoin(shape, ","), "],\"data_offsets\":[", buffer.size(), ",",
+                    buffer.size() + bytes.size(), "]}");
     buffer += bytes;
   }
   header += "}";

@@ -235,6 +235,22 @@ TEST(CudaElementwise, I32DataMovement) {
   }
 }
 
+// topk on both devices: the same indices, ties and NaN included, for row lengths below
+// and above a block and k from 1 to C.
+TEST(CudaElementwise, TopkIndices) {
+  MTC_SKIP_WITHOUT_GPU();
+  for (const Shape& s : {Shape{7, 10}, Shape{3, 1001}, Shape{2, 4, 33}, Shape{1, 1}}) {
+    std::vector<float> v(static_cast<size_t>(numel(s)));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = i % 13 == 5 ? std::nanf("") : static_cast<float>((i * 37) % 17);
+    for (int k : {1, 5, static_cast<int>(s.back())}) {
+      if (k > s.back()) continue;
+      auto r = on_both<std::vector<int32_t>>([&] { return i32_of(topk(from_vector(s, v), k)); });
+      ASSERT_FALSE(r.first.empty());
+      EXPECT_EQ(r.second, r.first) << "topk " << str(s) << " k " << k;
+    }
+  }
+}
+
 // ---- reductions ----
 
 TEST(CudaReduce, SumAndMeanOverDims) {

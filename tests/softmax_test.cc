@@ -1,8 +1,10 @@
 // Tests of softmax, log_softmax and cross_entropy: forward against a double reference
 // (including logits large enough to overflow a naive exp), backward against finite
 // differences, determinism of the parallel paths, and errors (bad dims, bad labels).
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -174,6 +176,37 @@ TEST(Softmax, ShapeErrorsNameWhatWasWrong) {
   expect_op_error(cross_entropy(zeros({2, 3}), labels), {"labels are i32[3], expected (N) = [2]"});
   expect_op_error(cross_entropy(zeros({2, 3, 1}), labels), {"expected (N, C)"});
   expect_op_error(cross_entropy(zeros({3, 3}), zeros({3})), {"labels is f32[3], expected i32"});
+}
+
+// topk: each row's largest values' indices, largest first; equal values by index; NaN
+// below every number; over the last dim of any rank; k from 1 to C; a bad k is named.
+TEST(Topk, OrderTiesNanAndShapes) {
+  auto rt = make_test_runtime();
+  const float nan = std::nanf("");
+  const std::vector<float> v = {0.5f, 2.f, -1.f, 2.f, nan, 7.f,  //
+                                nan,  nan, 3.f,  3.f, 3.f, -9.f};
+  Tensor x = from_vector({2, 6}, v);
+  EXPECT_EQ(*topk(x, 1).to_vector_i32(), (std::vector<int32_t>{5, 2}));
+  EXPECT_EQ(*topk(x, 3).to_vector_i32(), (std::vector<int32_t>{5, 1, 3, 2, 3, 4}));
+  EXPECT_EQ(*topk(x, 6).to_vector_i32(), (std::vector<int32_t>{5, 1, 3, 0, 2, 4, 2, 3, 4, 5, 0, 1}));
+  Tensor x3 = from_vector({2, 1, 6}, v);
+  Tensor t3 = topk(x3, 2);
+  EXPECT_EQ(shape_str(t3.shape()), "[2,1,2]");
+  EXPECT_EQ(*t3.to_vector_i32(), (std::vector<int32_t>{5, 1, 2, 3}));
+  // Against a sort of each row, for random rows.
+  std::vector<float> r(40 * 33);
+  for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<float>((i * 7919) % 101) - 50.f;
+  const std::vector<int32_t> got = *topk(from_vector({40, 33}, r), 5).to_vector_i32();
+  for (int row = 0; row < 40; ++row) {
+    std::vector<int32_t> idx(33);
+    for (int i = 0; i < 33; ++i) idx[i] = i;
+    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return r[row * 33 + a] > r[row * 33 + b]; });
+    EXPECT_EQ(std::vector<int32_t>(got.begin() + row * 5, got.begin() + row * 5 + 5),
+              std::vector<int32_t>(idx.begin(), idx.begin() + 5))
+        << "row " << row;
+  }
+  expect_op_error(topk(x, 7), {"topk: k 7 of f32[2,6]"});
+  expect_op_error(topk(x, 0), {"topk: k 0"});
 }
 
 }  // namespace

@@ -91,6 +91,10 @@ Tensor softmax(const Tensor& x, int dim);
 Tensor log_softmax(const Tensor& x, int dim);
 // cross_entropy: logits (N, C), labels i32 (N) -> mean loss, shape []. Softmax is fused in.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+// topk: x f32 (..., C) -> i32 (..., k), the indices of each row's k largest values,
+// largest first (equal values: lower index first; NaN below every number). No gradient.
+// topk(x, 1) is argmax.
+Tensor topk(const Tensor& x, int k);
 
 // ---- shape and data movement ----
 Tensor reshape(const Tensor& x, const Shape& shape);  // one dim may be -1

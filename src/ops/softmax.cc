@@ -129,4 +129,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   return call1(std::make_shared<CrossEntropyOp>(), {logits, labels});
 }
 
+// ---- topk ----
+absl::Status TopkOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
+  MTC_RETURN_IF_ERROR(expect_num_inputs(in, 1));
+  const TensorDesc& x = in[0];
+  if (x.dtype != DType::kF32 || x.shape.empty() || k < 1 || k > x.shape.back()) {
+    return absl::InvalidArgumentError(absl::StrCat("topk: k ", k, " of ", x.str(),
+                                                   ": expected f32 values with at least k along the last dim"));
+  }
+  Shape s = x.shape;
+  s.back() = k;
+  out.push_back(TensorDesc{s, DType::kI32});
+  return absl::OkStatus();
+}
+
+std::string TopkOp::attrs() const { return absl::StrCat("k=", k); }
+
+Tensor topk(const Tensor& x, int k) {
+  NoGradGuard no_grad;
+  return call1(std::make_shared<TopkOp>(k), {x});
+}
+
 }  // namespace mtc

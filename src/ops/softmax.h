@@ -1,6 +1,7 @@
 // Softmax-family ops: softmax and log_softmax along one dim (numerically stable: the
 // line's max is subtracted first), their gradient op, and cross_entropy, one fused op of
-// log_softmax and the mean negative log-likelihood, with its gradient op.
+// log_softmax and the mean negative log-likelihood, with its gradient op; and topk, the
+// indices of each row's largest values (accuracy).
 #pragma once
 
 #include "op_def.h"
@@ -78,5 +79,17 @@ inline double cross_entropy_divisor(double divisor, int64_t n) { return divisor 
 // check_cross_entropy_inputs: InvalidArgument unless logits is f32 (N, C) with C >= 1
 // and labels is i32 (N).
 absl::Status check_cross_entropy_inputs(const TensorDesc& logits, const TensorDesc& labels);
+
+// TopkOp: x f32 (..., C) -> i32 (..., k): each row's k largest values' indices, the
+// largest first; of equal values the lower index first; NaN counts as below every number.
+// k in [1, C]. No gradient.
+struct TopkOp final : OpDef {
+  MTC_OP_SCHEMA("topk")
+  explicit TopkOp(int k) : k(k) {}
+  absl::Status infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const override;
+  bool differentiable() const override { return false; }
+  std::string attrs() const override;
+  int k;
+};
 
 }  // namespace mtc

@@ -1,6 +1,7 @@
 // CPU kernels of softmax, log_softmax, their gradient, and cross_entropy with its
 // gradient. Each line along the softmax dim is done by one thread, sums in double, so
-// results are bit-identical whatever the thread count.
+// results are bit-identical whatever the thread count. And topk (a partial sort per row).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -130,8 +131,33 @@ absl::Status cross_entropy_grad(const CrossEntropyGradOp& op, const KernelArgs& 
   return absl::OkStatus();
 }
 
+// topk: per row, the indices ordered by value (largest first, NaN last), then by index;
+// the first k of that order, by a partial sort of the row's indices.
+absl::Status topk(const TopkOp& op, const KernelArgs& a) {
+  const int64_t c = a.in[0].shape().back(), rows = c > 0 ? a.in[0].numel() / c : 0;
+  const float* x = a.in[0].f32();
+  int32_t* y = a.out[0].i32();
+#pragma omp parallel if (rows * c > kParallelGrain)
+  {
+    std::vector<int32_t> idx(static_cast<size_t>(c));
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * c;
+      for (int64_t i = 0; i < c; ++i) idx[i] = static_cast<int32_t>(i);
+      std::partial_sort(idx.begin(), idx.begin() + op.k, idx.end(), [xr](int32_t i, int32_t j) {
+        const float u = xr[i], v = xr[j];
+        if (std::isnan(u) || std::isnan(v)) return std::isnan(u) != std::isnan(v) ? !std::isnan(u) : i < j;
+        return u != v ? u > v : i < j;
+      });
+      std::copy(idx.begin(), idx.begin() + op.k, y + r * op.k);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+MTC_REGISTER_KERNEL(TopkOp, DeviceType::kCPU, topk);
 MTC_REGISTER_KERNEL(CrossEntropyOp, DeviceType::kCPU, cross_entropy);
 MTC_REGISTER_KERNEL(CrossEntropyGradOp, DeviceType::kCPU, cross_entropy_grad);
 

@@ -1,5 +1,5 @@
 // Row-reduction kernels: softmax / log_softmax and their gradient, cross_entropy and its
-// gradient, layer_norm and its gradient. They follow the CPU kernels' arithmetic
+// gradient, layer_norm and its gradient, and topk. They follow the CPU kernels' arithmetic
 // (src/kernels/cpu/softmax.cc, layer_norm.cc): exp in float where the CPU takes it in
 // float, sums in double, the same casts. A contiguous line (softmax over the last dim,
 // a logits row, a layer_norm row) is one block: each thread sums its strided share in
@@ -9,6 +9,7 @@
 // line length only, so every result is bit-identical from run to run.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/launch.h"
@@ -416,6 +417,43 @@ void launch_layer_norm_grad(const float* x, const float* gamma, const float* dy,
   layer_norm_param_partial_kernel<<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(
       x, dy, mean, rstd, rows, d, ch.rows_each, part_g, part_b);
   layer_norm_param_finish_kernel<<<blocks(d), 256, 0, stream>>>(part_g, part_b, ch.count, d, dgamma, dbeta);
+}
+
+// ---- topk ----
+
+// topk_before: whether row element i (value u) comes before j (value v) in TopkOp's
+// order: larger values first, NaN after every number, equal values by index.
+__device__ bool topk_before(float u, int64_t i, float v, int64_t j) {
+  const bool nu = isnan(u), nv = isnan(v);
+  if (nu || nv) return nu != nv ? !nu : i < j;
+  return u != v ? u > v : i < j;
+}
+
+// One thread per row: k selection passes, each taking the first element in TopkOp's
+// order after the one taken last (the order is strict, so no element is taken twice).
+__global__ void topk_rows_kernel(const float* __restrict__ x, int64_t rows, int64_t c, int k,
+                                 int32_t* __restrict__ y) {
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* xr = x + r * c;
+    int64_t last = -1;
+    for (int j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t i = 0; i < c; ++i) {
+        if (last >= 0 && !topk_before(xr[last], last, xr[i], i)) continue;  // taken already
+        if (best < 0 || topk_before(xr[i], i, xr[best], best)) best = i;
+      }
+      y[r * k + j] = static_cast<int32_t>(best);
+      last = best;
+    }
+  }
+}
+
+void launch_topk(const float* x, int64_t rows, int64_t c, int k, int32_t* y, cudaStream_t stream) {
+  if (rows == 0) return;
+  const int threads = 128;
+  const int64_t grid = std::min<int64_t>((rows + threads - 1) / threads, 65535);
+  topk_rows_kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(x, rows, c, k, y);
 }
 
 }  // namespace mtc::cuda

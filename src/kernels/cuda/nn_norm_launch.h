@@ -30,6 +30,10 @@ void launch_cross_entropy(const float* x, const int32_t* labels, int64_t n, int6
 void launch_cross_entropy_grad(const float* x, const int32_t* labels, const float* dy, int64_t n, int64_t c,
                                double divisor, float* dx, cudaStream_t stream);
 
+// launch_topk: y (rows, k) i32: each row of x (rows, c)'s k largest values' indices,
+// largest first, equal values by index, NaN last (TopkOp's order; one thread per row).
+void launch_topk(const float* x, int64_t rows, int64_t c, int k, int32_t* y, cudaStream_t stream);
+
 // launch_layer_norm: y = (x - mean) * rstd (* gamma) (+ beta) per row of x (rows, d);
 // gamma and beta may be null.
 void launch_layer_norm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,

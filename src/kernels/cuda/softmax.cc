@@ -1,4 +1,4 @@
-// CUDA kernels of softmax, log_softmax, their gradient, cross_entropy and its gradient
+// CUDA kernels of softmax, log_softmax, their gradient, cross_entropy and its gradient, topk
 // (nn_norm.cu), with the CPU kernels' arithmetic: exp in float where the CPU takes it in
 // float, sums in double, a deterministic reduction order.
 //
@@ -63,8 +63,15 @@ absl::Status cross_entropy_grad(const CrossEntropyGradOp& op, const KernelArgs& 
   return last_launch("cross_entropy_grad");
 }
 
+absl::Status topk(const TopkOp& op, const KernelArgs& a) {
+  const int64_t c = a.in[0].shape().back(), rows = c > 0 ? a.in[0].numel() / c : 0;
+  launch_topk(a.in[0].f32(), rows, c, op.k, a.out[0].i32(), stream(a.ctx));
+  return last_launch("topk");
+}
+
 }  // namespace
 
+MTC_REGISTER_KERNEL(TopkOp, DeviceType::kCUDA, topk);
 MTC_REGISTER_KERNEL(CrossEntropyOp, DeviceType::kCUDA, cross_entropy);
 MTC_REGISTER_KERNEL(CrossEntropyGradOp, DeviceType::kCUDA, cross_entropy_grad);
 
