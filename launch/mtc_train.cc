@@ -5,6 +5,8 @@
 // Under mpirun (or torchrun's environment) every rank runs it: the global batch is split
 // over the ranks and the gradients are averaged (data parallel); only rank 0 prints, and
 // a failure on any rank stops the whole job with a message naming that rank.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <chrono>
@@ -146,6 +148,10 @@ ABSL_FLAG(FlagText, image_size, {"auto"},
           "input height and width of synthetic data; auto: 224 for resnet50, else 32 (CIFAR-10 data is 32)");
 ABSL_FLAG(FlagText, num_classes, {"10"}, "classes of the model's output and of synthetic labels (>= 1)");
 ABSL_FLAG(FlagText, log_every, {"10"}, "print a progress line every this many iterations (>= 1)");
+ABSL_FLAG(std::string, progress, "auto",
+          "auto: on a terminal, one line rewritten in place every iteration (iteration, loss, samples/s, memory, "
+          "time left) besides the --log_every lines; plain: the --log_every lines only (as when the output is not a "
+          "terminal)");
 ABSL_FLAG(FlagText, warmup, {"2"}, "untimed training iterations before the timed ones (>= 0)");
 ABSL_FLAG(std::string, record_trace, "",
           "write the executed op stream to this file as JSON lines (docs/trace-format.md), for mtc-replay; with "
@@ -232,7 +238,18 @@ std::string g_pending_trace;
 // every rank checks the same flags: a bad one is reported by rank 0 alone. After, with
 // more than one rank the line names this rank, and the whole job stops (MPI_Abort): no
 // rank is left waiting in a collective for this one.
+// The live progress line (a terminal only): shown while an iteration's line is on the
+// screen without its newline; anything else printed clears it first.
+bool g_live_line = false;
+void clear_live_line() {
+  if (!g_live_line) return;
+  std::fputs("\r\x1b[2K", stdout);
+  std::fflush(stdout);
+  g_live_line = false;
+}
+
 [[noreturn]] void fail(int status, const std::string& what) {
+  clear_live_line();
   if (!g_pending_trace.empty()) std::remove(g_pending_trace.c_str());
   if (g_comm_started && (g_world.size > 1 || comm::mpi_initialized())) {
     comm::abort_job(status, absl::StrCat("mtc-train: error: rank ", g_world.rank, " of ", g_world.size, ": ", what));
@@ -245,6 +262,7 @@ std::string g_pending_trace;
 // out: printf on rank 0 only; the other ranks print nothing but errors.
 __attribute__((format(printf, 1, 2))) void out(const char* fmt, ...) {
   if (g_world.rank != 0) return;
+  clear_live_line();
   va_list args;
   va_start(args, fmt);
   std::vprintf(fmt, args);
@@ -311,6 +329,7 @@ struct Flags {
   std::string save, resume, weights;  // --save, --resume, --weights: checkpoint files (empty: none)
   optim::LrSchedule schedule;         // --lr with --lr_schedule and its flags
   double epochs = 0;                  // --epochs (0: --iterations decides)
+  bool live_progress = false;  // --progress auto on a terminal (rank 0)
   int eval_every = 0, eval_batches = 0;  // --eval_every (0: none), --eval_batches (0: settled in open_input)
   std::string eval_data;
   bool augment = false;
@@ -502,6 +521,11 @@ void read_schedule_flags(Flags& f) {
     fail(kBadValue, "--epochs with --iterations: each sets the run's length; expected one of them");
   }
   f.augment = absl::GetFlag(FLAGS_augment);
+  const std::string progress = absl::GetFlag(FLAGS_progress);
+  if (progress != "auto" && progress != "plain") {
+    fail(kBadValue, absl::StrCat("--progress '", progress, "': expected auto or plain"));
+  }
+  f.live_progress = progress == "auto" && ::isatty(STDOUT_FILENO) == 1 && g_world.rank == 0;
   f.eval_every = static_cast<int>(value_or_exit(int_flag("eval_every", absl::GetFlag(FLAGS_eval_every), 0)));
   f.eval_batches = static_cast<int>(value_or_exit(int_flag("eval_batches", absl::GetFlag(FLAGS_eval_batches), 0)));
   f.eval_data = absl::GetFlag(FLAGS_eval_data);
@@ -1250,6 +1274,26 @@ int run(const Flags& f, Input input) {
         100 * sums[1] / sums[3], k, 100 * sums[2] / sums[3], sums[3],
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
+  // show_live: the terminal's line for iteration `it`, rewritten in place: loss,
+  // samples/s and the time left over the last (up to) 10 iterations, the compute region's
+  // bytes in use and its peak.
+  auto show_live = [&](int it, int total, float loss, const std::vector<double>& sec) {
+    const size_t n = std::min<size_t>(sec.size(), 10);
+    double recent = 0;
+    for (size_t i = sec.size() - n; i < sec.size(); ++i) recent += sec[i];
+    recent /= static_cast<double>(n);
+    absl::StatusOr<MemoryStats> m = rt.interpreter().memory_stats();
+    const int64_t left = static_cast<int64_t>(recent * (total - it) + 0.5);
+    std::string line = absl::StrFormat("iter %d/%d loss %.4f | %.1f samples/s", it, total, loss, f.batch / recent);
+    if (m.ok()) {
+      absl::StrAppend(&line, absl::StrFormat(" | compute %s, peak %s", mib(m->compute.allocated).c_str(),
+                                             mib(m->compute.peak_allocated).c_str()));
+    }
+    absl::StrAppend(&line, absl::StrFormat(" | %dm%02ds left", left / 60, left % 60));
+    std::printf("\r\x1b[2K%s", line.c_str());
+    std::fflush(stdout);
+    g_live_line = true;
+  };
   // untimed: this run's warm-up iterations (none left when it resumes past them).
   const int untimed = std::max(0, f.warmup - start);
   // save: the checkpoint after iteration `it`. Every tensor is replicated (checked with
@@ -1397,6 +1441,7 @@ int run(const Flags& f, Input input) {
     }
     window += dt;
     ++window_iters;
+    if (f.live_progress) show_live(it, total, loss_value, seconds);
     const int64_t data_position = data->position();  // the batches of iterations 1..it
     if (it < total) host = rank_rows(data->next(f.batch));  // host-side data stays out of the timing
     if (it % f.log_every == 0 || it == total) {

@@ -625,5 +625,30 @@ TEST_F(MtcTrain, BadEvaluationFlags) {
   std::filesystem::remove(file);
 }
 
+// On a terminal (a pseudo-terminal from util-linux's script), one line per iteration is
+// rewritten in place ("\r", erase line) with the iteration of the total, loss, samples/s,
+// memory and the time left, besides the --log_every lines; --progress=plain, or output
+// that is not a terminal, has no such line and no escape codes.
+TEST_F(MtcTrain, LiveProgressLineOnATerminalOnly) {
+  if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1) to make a terminal";
+  const std::string args = "--model=mlp --batch=8 --iterations=5 --warmup=0 --log_every=5 --memory=256MiB --threads=2";
+  const ToolRun tty = run_tool("script -qfec '" + tool_path() + " " + args + "' /dev/null", /*tool=*/false);
+  ASSERT_EQ(tty.status, 0) << tty.out << tty.err;
+  for (int it = 1; it <= 5; ++it) {
+    EXPECT_NE(tty.out.find("\r\x1b[2Kiter " + std::to_string(it) + "/5 loss "), std::string::npos) << tty.out;
+  }
+  EXPECT_NE(tty.out.find(" samples/s | compute "), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("s left"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("\r\x1b[2Kiter 5 loss "), std::string::npos) << "the --log_every line clears it\n" << tty.out;
+  const ToolRun plain = run_tool("script -qfec '" + tool_path() + " " + args + " --progress=plain' /dev/null", false);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("\x1b["), std::string::npos) << plain.out;
+  const ToolRun piped = run_tool(args);
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(piped.out.find("\x1b["), std::string::npos) << piped.out;
+  EXPECT_EQ(piped.out.find("/5 loss"), std::string::npos) << piped.out;
+  expect_bad("--progress=fancy", "--progress 'fancy': expected auto or plain");
+}
+
 }  // namespace
 }  // namespace mtc
