@@ -153,6 +153,10 @@ ABSL_FLAG(std::string, progress, "auto",
           "time left) besides the --log_every lines; plain: the --log_every lines only (as when the output is not a "
           "terminal)");
 ABSL_FLAG(FlagText, warmup, {"2"}, "untimed training iterations before the timed ones (>= 0)");
+ABSL_FLAG(std::string, metrics, "",
+          "write one JSON object per iteration to this file (JSON lines, flushed each iteration): loss, learning "
+          "rate, time, samples/s, each region's bytes, DTE's and TMA's totals (docs/metrics.md); with more than one "
+          "rank each writes FILE.rank<R>, or the name with %r replaced by its rank");
 ABSL_FLAG(std::string, record_trace, "",
           "write the executed op stream to this file as JSON lines (docs/trace-format.md), for mtc-replay; with "
           "more than one rank each writes FILE.rank<R>, or the name with %r replaced by its rank");
@@ -330,6 +334,7 @@ struct Flags {
   optim::LrSchedule schedule;         // --lr with --lr_schedule and its flags
   double epochs = 0;                  // --epochs (0: --iterations decides)
   bool live_progress = false;  // --progress auto on a terminal (rank 0)
+  std::string metrics;         // --metrics: this rank's file (empty: none)
   int eval_every = 0, eval_batches = 0;  // --eval_every (0: none), --eval_batches (0: settled in open_input)
   std::string eval_data;
   bool augment = false;
@@ -603,6 +608,12 @@ Flags read_flags() {
   if (budget.kind != Budget::Kind::kNone && r.evict.policy == EvictPolicy::kNone) {
     fail(kBadValue, absl::StrCat("--budget ", budget.text, " with --evict_policy none: nothing would be evicted to "
                                  "keep to it; expected an eviction policy (mtc) or no --budget"));
+  }
+  if (const std::string metrics = absl::GetFlag(FLAGS_metrics); !metrics.empty()) {
+    f.metrics = launch::per_rank_path(metrics, g_world);
+    for (const std::string& p : {metrics, f.metrics}) {
+      if (absl::Status s = cli::check_output_file("metrics", p); !s.ok()) fail(kBadValue, std::string(s.message()));
+    }
   }
   if (const std::string trace = absl::GetFlag(FLAGS_record_trace); !trace.empty()) {
     // The name as given and this rank's file: a directory given is refused, not turned
@@ -1294,6 +1305,41 @@ int run(const Flags& f, Input input) {
     std::fflush(stdout);
     g_live_line = true;
   };
+  // metrics: --metrics' file, a JSON object per iteration (docs/metrics.md gives the
+  // fields); totals are since the run started, peaks since the timed iterations began.
+  std::FILE* metrics = nullptr;
+  if (!f.metrics.empty()) {
+    metrics = std::fopen(f.metrics.c_str(), "w");
+    if (metrics == nullptr) fail(kBadValue, absl::StrCat("--metrics ", f.metrics, ": ", std::strerror(errno)));
+  }
+  auto write_metrics = [&](int it, bool timed, float loss, double sec) {
+    absl::StatusOr<MemoryStats> m = rt.interpreter().memory_stats();
+    absl::StatusOr<EvictStats> e = rt.interpreter().evict_stats();
+    absl::StatusOr<TmaFigures> t = rt.interpreter().tma_stats();
+    if (!m.ok() || !e.ok() || !t.ok()) iteration_failed(it, !m.ok() ? m.status() : !e.ok() ? e.status() : t.status());
+    auto region = [](const RegionFigures& r) {
+      return absl::StrFormat(
+          R"({"capacity":%zu,"allocated":%zu,"peak":%zu,"high_water":%zu,"largest_free":%zu,"fragmentation":%.6f})",
+          r.capacity, r.allocated, r.peak_allocated, r.high_water, r.largest_free, r.fragmentation);
+    };
+    const std::string line = absl::StrFormat(
+        R"({"iteration":%d,"timed":%s,"loss":%.9g,"lr":%.9g,"sec":%.6f,"samples_per_sec":%.3f,"budget":%zu,)"
+        R"("compute":%s,"comm":%s,"evict":{"drop":%llu,"swap":%llu,"fragmented":%llu,"recomputes":%llu,)"
+        R"("recompute_sec":%.6f,"swapped_out_bytes":%llu,"swapped_in_bytes":%llu,"compactions":%llu},)"
+        R"("tma":{"hits":%llu,"misses":%llu,"plans":%llu,"cache_hits":%llu,"cache_lookups":%llu}})"
+        "\n",
+        it, timed ? "true" : "false", std::isfinite(loss) ? loss : 0.f, opt->lr(), sec, sec > 0 ? f.batch / sec : 0.0,
+        rt.budget_bytes(), region(m->compute), region(m->comm), static_cast<unsigned long long>(e->evict_drop),
+        static_cast<unsigned long long>(e->evict_swap), static_cast<unsigned long long>(e->evict_fragmented),
+        static_cast<unsigned long long>(e->recomputes), e->recompute_us * 1e-6,
+        static_cast<unsigned long long>(e->swapped_out_bytes), static_cast<unsigned long long>(e->swapped_in_bytes),
+        static_cast<unsigned long long>(e->compactions), static_cast<unsigned long long>(t->hits),
+        static_cast<unsigned long long>(t->misses), static_cast<unsigned long long>(t->plans),
+        static_cast<unsigned long long>(t->cache_hits), static_cast<unsigned long long>(t->cache_lookups));
+    if (std::fputs(line.c_str(), metrics) < 0 || std::fflush(metrics) != 0) {
+      fail(kFailure, absl::StrCat("iteration ", it, ": --metrics ", f.metrics, ": ", std::strerror(errno)));
+    }
+  };
   // untimed: this run's warm-up iterations (none left when it resumes past them).
   const int untimed = std::max(0, f.warmup - start);
   // save: the checkpoint after iteration `it`. Every tensor is replicated (checked with
@@ -1442,6 +1488,7 @@ int run(const Flags& f, Input input) {
     window += dt;
     ++window_iters;
     if (f.live_progress) show_live(it, total, loss_value, seconds);
+    if (metrics != nullptr) write_metrics(it, it - start > untimed, loss_value, dt);
     const int64_t data_position = data->position();  // the batches of iterations 1..it
     if (it < total) host = rank_rows(data->next(f.batch));  // host-side data stays out of the timing
     if (it % f.log_every == 0 || it == total) {
@@ -1578,6 +1625,9 @@ int run(const Flags& f, Input input) {
   std::fflush(stdout);
   if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
   if (!f.runtime.trace_path.empty()) out("trace: %s\n", f.runtime.trace_path.c_str());
+  if (metrics != nullptr && std::fclose(metrics) != 0) {
+    fail(kFailure, absl::StrCat("--metrics ", f.metrics, ": ", std::strerror(errno)));
+  }
   return 0;
 }
 

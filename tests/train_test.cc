@@ -18,12 +18,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "mtc/checkpoint.h"
 #include "mtc/data.h"
 #include "mtc/models.h"
 #include "mtc/optim.h"
 #include "mtc/runtime.h"
+#include "nlohmann/json.hpp"
 
 namespace mtc {
 namespace {
@@ -648,6 +650,50 @@ TEST_F(MtcTrain, LiveProgressLineOnATerminalOnly) {
   EXPECT_EQ(piped.out.find("\x1b["), std::string::npos) << piped.out;
   EXPECT_EQ(piped.out.find("/5 loss"), std::string::npos) << piped.out;
   expect_bad("--progress=fancy", "--progress 'fancy': expected auto or plain");
+}
+
+// --metrics: one JSON object per iteration (parsed here), the losses of the progress
+// lines, warm-up iterations marked untimed, the regions' bytes within their capacity, and
+// under a budget DTE's totals growing and the compute region's bytes within it.
+TEST_F(MtcTrain, MetricsFileIsAJsonObjectPerIteration) {
+  const std::string path = std::filesystem::temp_directory_path().string() + "/mtc_train_metrics_" +
+                           std::to_string(::getpid()) + ".jsonl";
+  const ToolRun r = run_tool("--model=resnet20 --batch=8 --iterations=3 --warmup=1 --log_every=1 --memory=256MiB "
+                             "--threads=2 --budget=10MiB --metrics=" + path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << "not a JSON object: " << line;
+    lines.push_back(std::move(j));
+  }
+  ASSERT_EQ(lines.size(), 4u);
+  const std::vector<std::string> losses = loss_lines(r.out);
+  ASSERT_EQ(losses.size(), 4u) << r.out;
+  uint64_t evictions = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json& j = lines[i];
+    EXPECT_EQ(j["iteration"].get<int>(), static_cast<int>(i) + 1);
+    EXPECT_EQ(j["timed"].get<bool>(), i > 0);
+    EXPECT_EQ(absl::StrCat(i + 1, " ", absl::StrFormat("%.6f", j["loss"].get<double>())), losses[i]);
+    EXPECT_EQ(j["budget"].get<uint64_t>(), uint64_t{10} << 20);
+    for (const char* region : {"compute", "comm"}) {
+      const nlohmann::json& g = j[region];
+      EXPECT_LE(g["allocated"].get<uint64_t>(), g["capacity"].get<uint64_t>()) << region;
+      EXPECT_LE(g["allocated"].get<uint64_t>(), g["high_water"].get<uint64_t>()) << region;
+      EXPECT_GE(g["fragmentation"].get<double>(), 0.0);
+    }
+    EXPECT_LE(j["compute"]["peak"].get<uint64_t>(), uint64_t{10} << 20) << "the budget holds";
+    const uint64_t e = j["evict"]["drop"].get<uint64_t>() + j["evict"]["swap"].get<uint64_t>();
+    EXPECT_GE(e, evictions) << "totals since the start";
+    evictions = e;
+    EXPECT_GT(j["samples_per_sec"].get<double>(), 0);
+    EXPECT_NEAR(j["lr"].get<double>(), 0.1, 1e-7);
+  }
+  EXPECT_GT(evictions, 0u) << "10 MiB is under ResNet-20's peak at batch 8";
+  std::filesystem::remove(path);
+  expect_bad("--metrics=/nonexistent/m.jsonl", "--metrics /nonexistent/m.jsonl: folder /nonexistent does not exist");
 }
 
 }  // namespace
