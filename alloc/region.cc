@@ -45,6 +45,7 @@ Block Region::take(std::map<size_t, size_t>::iterator it, size_t offset, size_t 
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
   stats_.high_water = std::max(stats_.high_water, end);
   ++stats_.num_allocs;
+  if (on_change_) on_change_(stats_.allocated);
   return Block{offset, size};
 }
 
@@ -83,6 +84,7 @@ void Region::free(Block b) {
   live_.erase(live);
   stats_.allocated -= b.size;
   ++stats_.num_frees;
+  if (on_change_) on_change_(stats_.allocated);
   size_t off = b.offset, size = b.size;
   auto next = free_by_addr_.lower_bound(off);
   if (next != free_by_addr_.end() && next->first == off + size) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -102,6 +103,9 @@ class Region {
   // state: one line for error messages, e.g. "compute region: 12 MiB of 64 MiB allocated,
   // largest free block 3 MiB, 7 free blocks".
   std::string state() const;
+  // set_on_change: f is called with the bytes allocated after every allocation and free
+  // (a Chrome trace's counter track); an empty f removes it.
+  void set_on_change(std::function<void(size_t allocated)> f) { on_change_ = std::move(f); }
   // check_invariants: aborts unless free and live blocks tile the region exactly, the
   // free list is coalesced and the two free indexes agree. O(n); for tests.
   void check_invariants() const;
@@ -117,6 +121,7 @@ class Region {
   std::set<std::pair<size_t, size_t>> free_by_size_;  // (size, offset)
   absl::flat_hash_map<size_t, size_t> live_;         // offset -> size
   RegionStats stats_;
+  std::function<void(size_t)> on_change_;
 };
 
 // format_bytes: "1.50 GiB", "12.0 MiB", "256 B".

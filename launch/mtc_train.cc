@@ -157,6 +157,10 @@ ABSL_FLAG(std::string, metrics, "",
           "write one JSON object per iteration to this file (JSON lines, flushed each iteration): loss, learning "
           "rate, time, samples/s, each region's bytes, DTE's and TMA's totals (docs/metrics.md); with more than one "
           "rank each writes FILE.rank<R>, or the name with %r replaced by its rank");
+ABSL_FLAG(std::string, chrome_trace, "",
+          "write the run's timeline as a Chrome trace (open it in ui.perfetto.dev): op spans, each region's bytes "
+          "at every allocation and free, the budget, evictions, iteration marks (docs/metrics.md); with more than "
+          "one rank each writes FILE.rank<R>, or the name with %r replaced by its rank");
 ABSL_FLAG(std::string, record_trace, "",
           "write the executed op stream to this file as JSON lines (docs/trace-format.md), for mtc-replay; with "
           "more than one rank each writes FILE.rank<R>, or the name with %r replaced by its rank");
@@ -236,6 +240,7 @@ bool g_comm_started = false;  // comm::init has run: the ranks are connected
 // g_pending_trace: the trace file this run opened, while no iteration has run yet; a
 // failure before training starts removes it, so that bad input leaves nothing behind.
 std::string g_pending_trace;
+std::string g_pending_chrome;  // the same for --chrome_trace's file
 
 // fail: the one error line, then exit without running destructors (the interpreter's
 // worker may still hold commands; nothing of it needs saving). Before the ranks connect,
@@ -255,6 +260,7 @@ void clear_live_line() {
 [[noreturn]] void fail(int status, const std::string& what) {
   clear_live_line();
   if (!g_pending_trace.empty()) std::remove(g_pending_trace.c_str());
+  if (!g_pending_chrome.empty()) std::remove(g_pending_chrome.c_str());
   if (g_comm_started && (g_world.size > 1 || comm::mpi_initialized())) {
     comm::abort_job(status, absl::StrCat("mtc-train: error: rank ", g_world.rank, " of ", g_world.size, ": ", what));
   }
@@ -613,6 +619,13 @@ Flags read_flags() {
     f.metrics = launch::per_rank_path(metrics, g_world);
     for (const std::string& p : {metrics, f.metrics}) {
       if (absl::Status s = cli::check_output_file("metrics", p); !s.ok()) fail(kBadValue, std::string(s.message()));
+    }
+  }
+  if (const std::string chrome = absl::GetFlag(FLAGS_chrome_trace); !chrome.empty()) {
+    r.chrome_trace_path = launch::per_rank_path(chrome, g_world);
+    r.chrome_trace_pid = g_world.rank;
+    for (const std::string& p : {chrome, r.chrome_trace_path}) {
+      if (absl::Status s = cli::check_output_file("chrome_trace", p); !s.ok()) fail(kBadValue, std::string(s.message()));
     }
   }
   if (const std::string trace = absl::GetFlag(FLAGS_record_trace); !trace.empty()) {
@@ -980,6 +993,7 @@ int run(const Flags& f, Input input) {
   if (!runtime.ok()) fail(kBadValue, std::string(runtime.status().message()));
   Runtime& rt = **runtime;
   if (!f.runtime.trace_path.empty()) g_pending_trace = f.runtime.trace_path + ".partial";
+  if (!f.runtime.chrome_trace_path.empty()) g_pending_chrome = f.runtime.chrome_trace_path + ".partial";
   out("device: %s%s\n", rt.device().describe().c_str(),
               f.runtime.synchronous ? ", synchronous interpreter" : "");
   if (rt.budget_bytes() > 0) {
@@ -1439,6 +1453,7 @@ int run(const Flags& f, Input input) {
     const auto t0 = std::chrono::steady_clock::now();
     inject_failure(f, it);
     g_pending_trace.clear();  // training has started: a failure from here leaves FILE.partial
+    g_pending_chrome.clear();
     rt.interpreter().mark("iteration", it);
     if (spos_pick) {
       if (absl::Status s = spos->set_path(spos_pool[spos_pick->below(static_cast<uint32_t>(spos_pool.size()))]); !s.ok()) {
@@ -1625,6 +1640,7 @@ int run(const Flags& f, Input input) {
   std::fflush(stdout);
   if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
   if (!f.runtime.trace_path.empty()) out("trace: %s\n", f.runtime.trace_path.c_str());
+  if (!f.runtime.chrome_trace_path.empty()) out("chrome trace: %s\n", f.runtime.chrome_trace_path.c_str());
   if (metrics != nullptr && std::fclose(metrics) != 0) {
     fail(kFailure, absl::StrCat("--metrics ", f.metrics, ": ", std::strerror(errno)));
   }

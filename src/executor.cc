@@ -10,6 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "mtc/status.h"
+#include "trace/chrome_trace.h"
 #include "trace/trace_writer.h"
 
 namespace mtc {
@@ -56,6 +57,7 @@ Executor::Executor(Device& device, ExecutorOptions o)
     : device_(device),
       opts_(o.evict),
       trace_(std::move(o.trace)),
+      chrome_(std::move(o.chrome)),
       simulate_(o.simulate),
       tma_(o.tma.enabled ? std::make_unique<alloc::Tma>(alloc::TmaOptions{
                                .warmup_iterations = o.tma.warmup_iterations,
@@ -70,14 +72,40 @@ Executor::Executor(Device& device, ExecutorOptions o)
     trace_->header(TraceHeader{device_type_name(device_.type()), device_.compute_region().capacity(),
                                device_.comm_region().capacity(), opts_.budget_bytes, engine_.bytes_per_us()});
   }
+  if (chrome_) {
+    // Every allocation and free moves its region's counter; the budget is a line of its own.
+    for (auto [region, name] : {std::pair{&device_.compute_region(), "compute region"},
+                                std::pair{&device_.comm_region(), "comm region"}}) {
+      chrome_->counter(name, "allocated", static_cast<double>(region->stats().allocated));
+      region->set_on_change([c = chrome_.get(), name](size_t bytes) {
+        c->counter(name, "allocated", static_cast<double>(bytes));
+      });
+    }
+    chrome_->counter("budget", "m*", static_cast<double>(opts_.budget_bytes));
+    chrome_->counter("evictions", "drop + swap", 0);
+  }
 }
 
 Executor::~Executor() {
   if (trace_) trace_->close().IgnoreError();  // close_trace reports; this only tidies up
+  if (chrome_) {
+    device_.compute_region().set_on_change(nullptr);
+    device_.comm_region().set_on_change(nullptr);
+    chrome_->close().IgnoreError();
+  }
   engine_.release_all();
 }
 
-absl::Status Executor::close_trace() { return trace_ ? trace_->close() : absl::OkStatus(); }
+absl::Status Executor::close_trace() {
+  absl::Status s = trace_ ? trace_->close() : absl::OkStatus();
+  if (chrome_) {
+    chrome_->counter("budget", "m*", static_cast<double>(opts_.budget_bytes));  // the line runs to the end
+    device_.compute_region().set_on_change(nullptr);
+    device_.comm_region().set_on_change(nullptr);
+    s.Update(chrome_->close());
+  }
+  return s;
+}
 
 size_t Executor::budget() const {
   const size_t cap = device_.compute_region().capacity();
@@ -170,6 +198,10 @@ absl::Status Executor::execute(ApplyOp& c) {
   ++stats.ops;
   stats.compute_us += us;
   if (trace_) trace_->op(op, c.inputs, c.outputs, c.output_descs, us, mutated, c.recomputable, last_scratch_);
+  if (chrome_ && stats.evict_drop + stats.evict_swap != chrome_evictions_) {
+    chrome_evictions_ = stats.evict_drop + stats.evict_swap;
+    chrome_->counter("evictions", "drop + swap", static_cast<double>(chrome_evictions_));
+  }
   if (observer_) {
     if (device_.async_kernels()) {
       if (auto it = pending_timers_.find(last_timer_); it != pending_timers_.end()) {
@@ -331,6 +363,7 @@ absl::Status Executor::execute(MakeGradient& c) {
 
 absl::Status Executor::execute(Mark& c) {
   if (trace_) trace_->mark(c.label, c.index);
+  if (chrome_ && std::string_view(c.label) == "iteration") chrome_->instant(absl::StrCat("iteration ", c.index));
   if (tma_) {
     // An iteration boundary: an explicit "iteration" mark, or, for a program that never
     // makes one, the optimizer's "step".
@@ -511,8 +544,11 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
   if (device_.async_kernels()) {
     collect_timers(/*wait=*/false);
     const uint64_t timer = device_.start_timer();
+    const auto issued = Clock::now();
     absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
     device_.stop_timer(timer);
+    // An asynchronous device's span is the host's issue of the op (its device time comes later).
+    if (chrome_) chrome_->span(op.name(), recomputing ? "recompute" : "op", issued, us_since(issued));
     if (timer != 0) {  // 0: untimed
       PendingTimer& t = pending_timers_[timer];
       t = PendingTimer{};
@@ -532,6 +568,7 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
   const auto t0 = Clock::now();
   absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
   *us = us_since(t0);
+  if (chrome_) chrome_->span(op.name(), recomputing ? "recompute" : "op", t0, *us);
   last_scratch_.assign(ctx.sizes().begin(), ctx.sizes().end());
   return s;
 }

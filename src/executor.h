@@ -27,6 +27,7 @@
 namespace mtc {
 
 class TraceWriter;
+class ChromeTrace;
 
 struct ExecutorOptions {
   EvictOptions evict;
@@ -36,6 +37,7 @@ struct ExecutorOptions {
   bool simulate = false;
   double bytes_per_us = 0;  // gamma to use instead of measuring it (0: measure)
   TmaConfig tma;            // planned offsets for transient tensors (off unless enabled)
+  std::shared_ptr<ChromeTrace> chrome;  // the timeline, when set
 };
 
 class Executor final : private evict::Host {
@@ -129,6 +131,8 @@ class Executor final : private evict::Host {
   Device& device_;
   EvictOptions opts_;
   std::shared_ptr<TraceWriter> trace_;
+  std::shared_ptr<ChromeTrace> chrome_;
+  uint64_t chrome_evictions_ = 0;  // drops + swaps last written to the Chrome trace
   bool simulate_;
   std::vector<OpFrame*> frames_;  // the ops being run, innermost last
   // Op timings in flight on an asynchronous device (Device::start_timer): the compute

@@ -26,10 +26,10 @@ std::shared_ptr<Interpreter> Interpreter::create(std::shared_ptr<Device> device,
 
 Interpreter::Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts)
     : tracing_(opts.trace != nullptr),
-      marks_(opts.trace != nullptr || opts.tma.enabled),
+      marks_(opts.trace != nullptr || opts.tma.enabled || opts.chrome != nullptr),
       device_(std::move(device)),
       executor_(std::make_unique<Executor>(*device_, ExecutorOptions{.evict = opts.evict, .trace = opts.trace,
-                                                                     .tma = opts.tma})),
+                                                                     .tma = opts.tma, .chrome = opts.chrome})),
       queue_(new std::deque<Command>()) {
   const char* env = std::getenv("MTC_INTERP_SYNC");
   synchronous_ = opts.synchronous || (env != nullptr && std::strcmp(env, "0") != 0 && *env != '\0');

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "device.h"
 #include "mtc/status.h"
+#include "trace/chrome_trace.h"
 #include "trace/trace_writer.h"
 
 namespace mtc {
@@ -52,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& o
   if (d.comm_bytes == 0 && d.memory_bytes != 0) d.comm_bytes = d.memory_bytes / 16;
   std::unique_ptr<Runtime> rt(new Runtime(opts));
   MTC_ASSIGN_OR_RETURN(rt->device_, make_device(d));
-  InterpreterOptions io{opts.synchronous, opts.evict, nullptr, opts.tma};
+  InterpreterOptions io{opts.synchronous, opts.evict, nullptr, opts.tma, nullptr};
   Budget b;
   if (opts.budget_fraction > 0) {
     b = {Budget::Kind::kRegionShare, 0, opts.budget_fraction, absl::StrCat(opts.budget_fraction * 100, "%")};
@@ -63,6 +64,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& o
   rt->budget_bytes_ = io.evict.budget_bytes;
   if (!opts.trace_path.empty()) {
     MTC_ASSIGN_OR_RETURN(io.trace, TraceWriter::open(opts.trace_path));
+  }
+  if (!opts.chrome_trace_path.empty()) {
+    MTC_ASSIGN_OR_RETURN(io.chrome, ChromeTrace::open(opts.chrome_trace_path, opts.chrome_trace_pid));
   }
   rt->interp_ = Interpreter::create(rt->device_, io);
   rt->make_current();

@@ -696,5 +696,59 @@ TEST_F(MtcTrain, MetricsFileIsAJsonObjectPerIteration) {
   expect_bad("--metrics=/nonexistent/m.jsonl", "--metrics /nonexistent/m.jsonl: folder /nonexistent does not exist");
 }
 
+// --chrome_trace: valid JSON in the Chrome trace format; op spans on the compute thread;
+// the compute region's counter at every allocation and free, whose largest value is the
+// summary's peak and whose values stay within the budget line; the evictions counter
+// ending at the metrics file's last totals; a mark per iteration.
+TEST_F(MtcTrain, ChromeTraceCountersMatchTheRegionStatistics) {
+  const std::string base = std::filesystem::temp_directory_path().string() + "/mtc_train_chrome_" +
+                           std::to_string(::getpid());
+  const ToolRun r = run_tool("--model=resnet20 --batch=8 --iterations=2 --warmup=0 --memory=256MiB --threads=2 "
+                             "--budget=10MiB --chrome_trace=" + base + ".json --metrics=" + base + ".jsonl");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("chrome trace: " + base + ".json"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(base + ".json.partial"));
+  std::ifstream in(base + ".json");
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(trace.is_object() && trace["traceEvents"].is_array()) << "not a Chrome trace";
+  uint64_t spans = 0, conv = 0, peak = 0, budget = 0, evictions = 0;
+  std::vector<std::string> marks;
+  double last_ts = -1;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    const std::string ph = e["ph"].get<std::string>(), name = e["name"].get<std::string>();
+    if (ph == "X") {
+      ++spans;
+      conv += name == "conv2d";
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+      EXPECT_EQ(e["tid"].get<int>(), 1);
+    } else if (ph == "C") {
+      EXPECT_GE(e["ts"].get<double>(), last_ts) << "counters in time order";
+      last_ts = e["ts"].get<double>();
+      if (name == "compute region") peak = std::max(peak, e["args"]["allocated"].get<uint64_t>());
+      if (name == "budget") budget = e["args"]["m*"].get<uint64_t>();
+      if (name == "evictions") evictions = e["args"]["drop + swap"].get<uint64_t>();
+    } else if (ph == "i") {
+      marks.push_back(name);
+    }
+  }
+  EXPECT_GT(spans, 100u);
+  EXPECT_GT(conv, 0u);
+  EXPECT_EQ(marks, (std::vector<std::string>{"iteration 1", "iteration 2"}));
+  EXPECT_EQ(budget, uint64_t{10} << 20);
+  const size_t at = r.out.rfind("peak_compute_bytes=");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(peak, std::stoull(r.out.substr(at + 19))) << "the counter's largest value is the region's peak";
+  EXPECT_LE(peak, budget);
+  std::ifstream m(base + ".jsonl");
+  std::string line, last;
+  while (std::getline(m, line)) last = line;
+  const nlohmann::json j = nlohmann::json::parse(last);
+  EXPECT_EQ(evictions, j["evict"]["drop"].get<uint64_t>() + j["evict"]["swap"].get<uint64_t>());
+  EXPECT_GT(evictions, 0u);
+  std::filesystem::remove(base + ".json");
+  std::filesystem::remove(base + ".jsonl");
+  expect_bad("--chrome_trace=/nonexistent/t.json", "--chrome_trace /nonexistent/t.json: folder /nonexistent");
+}
+
 }  // namespace
 }  // namespace mtc

@@ -32,6 +32,7 @@ struct Command;
 class Executor;
 
 class TraceWriter;
+class ChromeTrace;
 
 // TmaConfig: TMA, planned offsets for the compute region's transient tensors
 // (docs/tma.md). Iteration boundaries are "iteration" marks, else the optimizer's "step".
@@ -60,6 +61,7 @@ struct InterpreterOptions {
   EvictOptions evict;        // DTE: budget and policy
   std::shared_ptr<TraceWriter> trace;  // records the op stream (mtc-train --record-trace)
   TmaConfig tma;
+  std::shared_ptr<ChromeTrace> chrome;  // the timeline (mtc-train --chrome_trace)
 };
 
 // EvictStats: what DTE has done since the interpreter started (totals; subtract two
@@ -121,7 +123,8 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
   // mark: a program boundary for the trace ("iteration", "forward", "backward", "step").
   // Free when no trace is being recorded.
   void mark(const char* label, int64_t index = 0);
-  // close_trace: finishes the trace file (renames FILE.partial to FILE); OK without one.
+  // close_trace: finishes the trace file and the Chrome trace (renames FILE.partial to
+  // FILE); OK without them.
   absl::Status close_trace();
   // get_value: copies a tensor to host memory (bytes must equal its size). Synchronises.
   absl::Status get_value(const Tensor& t, void* dst, size_t bytes);

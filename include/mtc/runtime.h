@@ -38,6 +38,10 @@ struct RuntimeOptions {
   double budget_fraction = 0;
   // trace_path: record the executed op stream there (docs/trace-format.md); empty: none.
   std::string trace_path;
+  // chrome_trace_path: write the run's timeline there as a Chrome trace (op spans, the
+  // regions' bytes, the budget, evictions; docs/metrics.md); empty: none.
+  std::string chrome_trace_path;
+  int chrome_trace_pid = 0;  // the process id its events carry (the rank)
   TmaConfig tma;  // planned offsets for transient tensors (docs/tma.md)
 };
 
