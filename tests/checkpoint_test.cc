@@ -246,7 +246,8 @@ TEST(Checkpoint, MismatchesAreRefusedAndTheModelIsUnchanged) {
     EXPECT_NE(s.message().find(want), std::string::npos) << "expected '" << want << "' in " << s;
     EXPECT_TRUE(values(*fresh.net) == before) << "the model changed";
   };
-  const auto& [last, last_t] = m.net->named_parameters().back();  // the output layer's bias
+  const nn::NamedTensors named = m.net->named_parameters();
+  const auto& [last, last_t] = named.back();  // the output layer's bias
   const std::string dims = shape_str(last_t.shape());
   SafetensorsFile f = saved;
   f.tensors.erase(last);
