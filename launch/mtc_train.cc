@@ -536,7 +536,9 @@ void read_schedule_flags(Flags& f) {
   if (progress != "auto" && progress != "plain") {
     fail(kBadValue, absl::StrCat("--progress '", progress, "': expected auto or plain"));
   }
-  f.live_progress = progress == "auto" && ::isatty(STDOUT_FILENO) == 1 && g_world.rank == 0;
+  // Not under a launcher: mpirun hands its ranks pseudo-terminals whatever its own output
+  // is (a file, a pipe), so a rank's isatty says nothing about the user's screen.
+  f.live_progress = progress == "auto" && g_world.launcher == "none" && ::isatty(STDOUT_FILENO) == 1;
   f.eval_every = static_cast<int>(value_or_exit(int_flag("eval_every", absl::GetFlag(FLAGS_eval_every), 0)));
   f.eval_batches = static_cast<int>(value_or_exit(int_flag("eval_batches", absl::GetFlag(FLAGS_eval_batches), 0)));
   f.eval_data = absl::GetFlag(FLAGS_eval_data);

@@ -585,14 +585,16 @@ std::string write_learnable_cifar(const std::string& name, int records, uint32_t
 
 // Evaluation: ResNet-20 on 512 learnable training images, evaluated every 20 iterations
 // on 256 held-out ones in eval mode: its top-1 accuracy ends well above chance (10%),
-// and top-5 above top-1. Measured: 19.9%, 18.0%, 50.4% top-1 after 20, 40, 60 iterations
-// (the running statistics of batch norm, which eval mode uses, settle late).
+// and top-5 at least top-1. Measured (Release): 68.4%, 80.9%, 80.1%, 81.3% top-1 after
+// 20, 40, 60, 80 iterations of AdamW. (SGD at lr 0.05 was erratic in eval mode, its batch
+// norm's running statistics lagging: 50% or 29% after 60 iterations by the build's
+// rounding.)
 TEST_F(MtcTrain, EvaluationReachesAccuracyWellAboveChance) {
   const std::string train = write_learnable_cifar("learn_train.bin", 512, 1);
   const std::string test = write_learnable_cifar("learn_test.bin", 256, 2);
   const ToolRun r = run_tool("--model=resnet20 --data=cifar10:" + train + " --eval_data=cifar10:" + test +
-                             " --batch=32 --iterations=60 --warmup=0 --eval_every=20 --lr=0.05 --memory=256MiB "
-                             "--threads=2");
+                             " --batch=32 --iterations=80 --warmup=0 --eval_every=20 --optimizer=adamw --lr=1e-3 "
+                             "--memory=256MiB --threads=2");
   ASSERT_EQ(r.status, 0) << r.err;
   std::vector<std::pair<double, double>> acc;
   std::istringstream in(r.out);
@@ -608,8 +610,8 @@ TEST_F(MtcTrain, EvaluationReachesAccuracyWellAboveChance) {
       acc.emplace_back(top1, topk);
     }
   }
-  ASSERT_EQ(acc.size(), 3u) << r.out;
-  EXPECT_GT(acc.back().first, 30.0) << "top-1 of 10 classes: chance is 10%";
+  ASSERT_EQ(acc.size(), 4u) << r.out;
+  EXPECT_GT(acc.back().first, 50.0) << "top-1 of 10 classes: chance is 10%";
   std::filesystem::remove(train);
   std::filesystem::remove(test);
 }
