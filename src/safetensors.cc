@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <tuple>
 #include <vector>
@@ -41,6 +42,8 @@ int dtype_bytes(const std::string& dtype) {
 }
 
 absl::StatusOr<SafetensorsFile> read_safetensors(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return bad(path, "is a folder: expected a safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int e = errno;

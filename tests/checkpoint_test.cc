@@ -145,6 +145,13 @@ TEST(Safetensors, MalformedFilesAreErrorsNamingTheFileAndTheTensor) {
              "(overlap)");
   expect_bad(by_hand(good_header, std::string(12, '\0')), "the data buffer holds 12 bytes and its tensors 8");
   expect_bad(by_hand(R"({"__metadata__":{"n":1}})", ""), "__metadata__ 'n' is not a string");
+  {
+    const std::string folder = temp_path("a_folder");
+    std::filesystem::create_directories(folder);
+    absl::StatusOr<SafetensorsFile> f = checkpoint::read_safetensors(folder);
+    EXPECT_NE(f.status().message().find("is a folder: expected a safetensors file"), std::string::npos) << f.status();
+    std::filesystem::remove(folder);
+  }
   std::remove(path.c_str());
   absl::StatusOr<SafetensorsFile> none = checkpoint::read_safetensors(path);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
