@@ -96,6 +96,27 @@ Executor::~Executor() {
   engine_.release_all();
 }
 
+absl::Status Executor::copy_to_device(void* dst, const void* src, size_t bytes) {
+  const auto t0 = Clock::now();
+  absl::Status s = device_.copy_to_device(dst, src, bytes);
+  if (chrome_) chrome_->span("host to device", "copy", t0, us_since(t0), 2);
+  return s;
+}
+
+absl::Status Executor::copy_to_host(void* dst, const void* src, size_t bytes) {
+  const auto t0 = Clock::now();
+  absl::Status s = device_.copy_to_host(dst, src, bytes);
+  if (chrome_) chrome_->span("device to host", "copy", t0, us_since(t0), 2);
+  return s;
+}
+
+absl::Status Executor::copy_on_device(void* dst, const void* src, size_t bytes) {
+  const auto t0 = Clock::now();
+  absl::Status s = device_.copy_on_device(dst, src, bytes);
+  if (chrome_) chrome_->span("on device", "copy", t0, us_since(t0), 2);
+  return s;
+}
+
 absl::Status Executor::close_trace() {
   absl::Status s = trace_ ? trace_->close() : absl::OkStatus();
   if (chrome_) {

@@ -114,15 +114,10 @@ class Executor final : private evict::Host {
   std::byte* compute_ptr(alloc::Block b) override { return device_.compute_ptr(b); }
   absl::StatusOr<alloc::Block> claim(size_t bytes, const std::function<std::string()>& who,
                                      evict::Claim why) override;
-  absl::Status copy_to_device(void* dst, const void* src, size_t bytes) override {
-    return device_.copy_to_device(dst, src, bytes);
-  }
-  absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override {
-    return device_.copy_to_host(dst, src, bytes);
-  }
-  absl::Status copy_on_device(void* dst, const void* src, size_t bytes) override {
-    return device_.copy_on_device(dst, src, bytes);
-  }
+  // DTE's copies (swaps, compaction's moves), each a span on the Chrome trace's copy track.
+  absl::Status copy_to_device(void* dst, const void* src, size_t bytes) override;
+  absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override;
+  absl::Status copy_on_device(void* dst, const void* src, size_t bytes) override;
   absl::StatusOr<alloc::Block> move_compute(alloc::Block b, size_t offset) override;
   absl::Status rerun(const std::shared_ptr<ComputePath>& path, std::span<TensorRecord* const> ins,
                      Pins& pins, evict::Rerun& out) override;

@@ -698,7 +698,8 @@ TEST_F(MtcTrain, MetricsFileIsAJsonObjectPerIteration) {
   expect_bad("--metrics=/nonexistent/m.jsonl", "--metrics /nonexistent/m.jsonl: folder /nonexistent does not exist");
 }
 
-// --chrome_trace: valid JSON in the Chrome trace format; op spans on the compute thread;
+// --chrome_trace: valid JSON in the Chrome trace format; op spans on the compute thread,
+// DTE's swaps on the copy thread;
 // the compute region's counter at every allocation and free, whose largest value is the
 // summary's peak and whose values stay within the budget line; the evictions counter
 // ending at the metrics file's last totals; a mark per iteration.
@@ -713,7 +714,7 @@ TEST_F(MtcTrain, ChromeTraceCountersMatchTheRegionStatistics) {
   std::ifstream in(base + ".json");
   const nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   ASSERT_TRUE(trace.is_object() && trace["traceEvents"].is_array()) << "not a Chrome trace";
-  uint64_t spans = 0, conv = 0, peak = 0, budget = 0, evictions = 0;
+  uint64_t spans = 0, conv = 0, copies = 0, peak = 0, budget = 0, evictions = 0;
   std::vector<std::string> marks;
   double last_ts = -1;
   for (const nlohmann::json& e : trace["traceEvents"]) {
@@ -722,7 +723,9 @@ TEST_F(MtcTrain, ChromeTraceCountersMatchTheRegionStatistics) {
       ++spans;
       conv += name == "conv2d";
       EXPECT_GE(e["dur"].get<double>(), 0.0);
-      EXPECT_EQ(e["tid"].get<int>(), 1);
+      const bool copy = e["cat"].get<std::string>() == "copy";
+      copies += copy;
+      EXPECT_EQ(e["tid"].get<int>(), copy ? 2 : 1) << name;
     } else if (ph == "C") {
       EXPECT_GE(e["ts"].get<double>(), last_ts) << "counters in time order";
       last_ts = e["ts"].get<double>();
@@ -735,6 +738,7 @@ TEST_F(MtcTrain, ChromeTraceCountersMatchTheRegionStatistics) {
   }
   EXPECT_GT(spans, 100u);
   EXPECT_GT(conv, 0u);
+  EXPECT_GT(copies, 0u) << "DTE swaps under the 10 MiB budget: spans on the copy track";
   EXPECT_EQ(marks, (std::vector<std::string>{"iteration 1", "iteration 2"}));
   EXPECT_EQ(budget, uint64_t{10} << 20);
   const size_t at = r.out.rfind("peak_compute_bytes=");

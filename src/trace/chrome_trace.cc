@@ -38,6 +38,7 @@ absl::StatusOr<std::shared_ptr<ChromeTrace>> ChromeTrace::open(const std::string
   std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
   t->event(absl::StrFormat(R"({"name":"process_name","ph":"M","pid":%d,"args":{"name":"mtc rank %d"}})", pid, pid));
   t->event(absl::StrFormat(R"({"name":"thread_name","ph":"M","pid":%d,"tid":1,"args":{"name":"compute"}})", pid));
+  t->event(absl::StrFormat(R"({"name":"thread_name","ph":"M","pid":%d,"tid":2,"args":{"name":"copy"}})", pid));
   return t;
 }
 
@@ -55,10 +56,10 @@ void ChromeTrace::event(const std::string& json) {
   first_ = false;
 }
 
-void ChromeTrace::span(const std::string& name, const char* cat, Clock::time_point start, double us) {
+void ChromeTrace::span(const std::string& name, const char* cat, Clock::time_point start, double us, int tid) {
   const double ts = std::chrono::duration<double, std::micro>(start - t0_).count();
-  event(absl::StrFormat(R"({"name":%s,"cat":"%s","ph":"X","ts":%.3f,"dur":%.3f,"pid":%d,"tid":1})",
-                        json_string(name), cat, ts, us, pid_));
+  event(absl::StrFormat(R"({"name":%s,"cat":"%s","ph":"X","ts":%.3f,"dur":%.3f,"pid":%d,"tid":%d})",
+                        json_string(name), cat, ts, us, pid_, tid));
 }
 
 void ChromeTrace::counter(const char* name, const char* series, double value) {

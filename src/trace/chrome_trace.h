@@ -1,6 +1,7 @@
 // ChromeTrace: a run's timeline in the Chrome trace event format (JSON: {"traceEvents":
 // [...]}), which Perfetto (ui.perfetto.dev) and chrome://tracing open: a span ("ph":"X")
-// per op run on the compute thread, recomputations apart by category, counter tracks
+// per op run on the compute thread, recomputations apart by category, DTE's copies (swaps,
+// moves) on a copy thread, counter tracks
 // ("ph":"C") of each region's allocated bytes at every allocation and free, the budget
 // m*, and DTE's eviction totals, and an instant event at each iteration mark. Written to
 // PATH.partial, renamed to PATH by close(). The executor feeds it (mtc-train
@@ -24,9 +25,9 @@ class ChromeTrace {
   static absl::StatusOr<std::shared_ptr<ChromeTrace>> open(const std::string& path, int pid);
   ~ChromeTrace();  // an unclosed trace stays PATH.partial
 
-  // span: `name` ran from `start` for `us` microseconds on the compute thread; cat "op" or
-  // "recompute".
-  void span(const std::string& name, const char* cat, Clock::time_point start, double us);
+  // span: `name` ran from `start` for `us` microseconds on thread `tid`: 1 compute (cat
+  // "op" or "recompute"), 2 copy (DTE's swaps and moves, cat "copy").
+  void span(const std::string& name, const char* cat, Clock::time_point start, double us, int tid = 1);
   // counter: track `name`'s series `series` is `value` from now on.
   void counter(const char* name, const char* series, double value);
   // instant: a mark across the whole timeline (an iteration's start).
