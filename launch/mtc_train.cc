@@ -149,9 +149,9 @@ ABSL_FLAG(FlagText, image_size, {"auto"},
 ABSL_FLAG(FlagText, num_classes, {"10"}, "classes of the model's output and of synthetic labels (>= 1)");
 ABSL_FLAG(FlagText, log_every, {"10"}, "print a progress line every this many iterations (>= 1)");
 ABSL_FLAG(std::string, progress, "auto",
-          "auto: on a terminal, one line rewritten in place every iteration (iteration, loss, samples/s, memory, "
-          "time left) besides the --log_every lines; plain: the --log_every lines only (as when the output is not a "
-          "terminal)");
+          "auto: on a terminal, and not under mpirun or torchrun, one line rewritten in place every iteration "
+          "(iteration, loss, samples/s, memory, time left) besides the --log_every lines; plain: the --log_every "
+          "lines only (as when the output is not a terminal)");
 ABSL_FLAG(FlagText, warmup, {"2"}, "untimed training iterations before the timed ones (>= 0)");
 ABSL_FLAG(std::string, metrics, "",
           "write one JSON object per iteration to this file (JSON lines, flushed each iteration): loss, learning "
