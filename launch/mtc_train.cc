@@ -487,9 +487,6 @@ void read_checkpoint_flags(Flags& f) {
   if (f.fail_mode == "kill_while_saving" && f.save.empty()) {
     fail(kBadValue, "--fail_mode kill_while_saving without --save: expected --save FILE");
   }
-  if (f.eval_every > 0 && (f.dtp != dtp::Mode::kNone || f.dtp_auto)) {
-    fail(kBadValue, "--eval_every with --dtp: evaluation runs data parallel only so far; expected no --dtp");
-  }
   if (f.save.empty() && f.resume.empty() && f.weights.empty()) return;
   const char* what = f.dtp != dtp::Mode::kNone || f.dtp_auto ? "--dtp: its parameters are split over the ranks"
                      : f.moe_expert_parallel                   ? "--moe_expert_parallel: each rank holds its own experts"
@@ -500,10 +497,10 @@ void read_checkpoint_flags(Flags& f) {
   }
 }
 
-// read_schedule_flags: --lr_schedule and its flags, --epochs and --augment. The cosine
-// schedule's length, and --epochs' iterations, are settled in open_input, where the data
-// set's size is known.
-void read_schedule_flags(Flags& f) {
+// read_run_flags: --lr_schedule and its flags, --epochs, --augment, the evaluation's and
+// --progress (after --lr and --dtp). The cosine schedule's length, and --epochs'
+// iterations, are settled in open_input, where the data set's size is known.
+void read_run_flags(Flags& f) {
   optim::LrSchedule& s = f.schedule;
   s.kind = value_or_exit(optim::parse_schedule_kind(absl::GetFlag(FLAGS_lr_schedule)), "--lr_schedule: ");
   s.base = static_cast<float>(f.lr);
@@ -547,6 +544,9 @@ void read_schedule_flags(Flags& f) {
       fail(kBadValue, absl::StrCat("--", name, " without --eval_every: expected --eval_every N"));
     }
   }
+  if (f.eval_every > 0 && (f.dtp != dtp::Mode::kNone || f.dtp_auto)) {
+    fail(kBadValue, "--eval_every with --dtp: evaluation runs data parallel only so far; expected no --dtp");
+  }
 }
 
 Flags read_flags() {
@@ -559,7 +559,6 @@ Flags read_flags() {
   f.batch = value_or_exit(int_flag("batch", absl::GetFlag(FLAGS_batch), 1));
   f.iterations = value_or_exit(int_flag("iterations", absl::GetFlag(FLAGS_iterations), 1));
   f.lr = value_or_exit(real_flag("lr", absl::GetFlag(FLAGS_lr)));
-  read_schedule_flags(f);
   f.momentum = value_or_exit(real_flag("momentum", absl::GetFlag(FLAGS_momentum)));
   f.weight_decay = value_or_exit(real_flag("weight_decay", absl::GetFlag(FLAGS_weight_decay)));
   f.adam_eps = value_or_exit(real_flag("adam_eps", absl::GetFlag(FLAGS_adam_eps)));
@@ -747,6 +746,7 @@ Flags read_flags() {
     fail(kBadValue,
          absl::StrCat("--fail_mode '", f.fail_mode, "': expected error, exception, kill or kill_while_saving"));
   }
+  read_run_flags(f);
   read_checkpoint_flags(f);
   if (f.batch % g_world.size != 0) {
     fail(kBadValue, absl::StrCat("--batch ", f.batch, " on ", g_world.size,
@@ -861,10 +861,16 @@ std::vector<RankMemory> gather_memory(const MemoryStats& m, const dist::CommPtr&
 struct Input {
   std::unique_ptr<data::DataSource> data;
   Shape sample_shape;
-  // --resume: the checkpoint, read and checked, and the iteration it was saved at.
-  std::optional<checkpoint::SafetensorsFile> resume;
-  int resume_iteration = 0;
-  std::optional<checkpoint::SafetensorsFile> weights;  // --weights' file, read
+  // --resume: the checkpoint, read and checked, and the figures of its metadata the run
+  // goes on from. Its tensors are dropped once restored (they may be gigabytes).
+  struct Resume {
+    checkpoint::SafetensorsFile file;
+    int iteration = 0;           // saved after this iteration
+    int64_t data_position = 0;   // DataSource::position() then
+    uint64_t seed_counter = 0;   // Runtime::seed_counter() then
+  };
+  std::optional<Resume> resume;
+  std::optional<checkpoint::SafetensorsFile> weights;  // --weights' file, read; dropped once loaded
   std::unique_ptr<data::DataSource> eval;               // --eval_every's held-out data
 };
 
@@ -902,9 +908,8 @@ void read_resume(const Flags& f, Input& in) {
     fail(kBadValue, absl::StrCat("--resume '", f.resume, "': saved at iteration ", it, ", and --warmup + --iterations is ",
                                  total, ": expected more iterations than the checkpoint has run"));
   }
-  metadata_int(f, *c, "data_position");
-  in.resume_iteration = static_cast<int>(it);
-  in.resume = std::move(*c);
+  const int64_t position = metadata_int(f, *c, "data_position"), seeds = metadata_int(f, *c, "rng.runtime");
+  in.resume = Input::Resume{std::move(*c), static_cast<int>(it), position, static_cast<uint64_t>(seeds)};
 }
 
 // open_eval: --eval_every's held-out data: a CIFAR-10 file (the training folder's
@@ -1032,6 +1037,7 @@ int run(const Flags& f, Input input) {
       fail(kBadValue, "--weights: " + std::string(s.message()));
     }
     out("weights: %zu tensors from %s\n", input.weights->tensors.size(), f.weights.c_str());
+    input.weights.reset();
   }
   // SPOS: a fixed path, or a sampler seeded alike on every rank; an empty FLOPs range is
   // refused before training.
@@ -1223,9 +1229,9 @@ int run(const Flags& f, Input input) {
   // --resume: the model's tensors and the optimizer's state, the runtime's seed counter
   // (dropout), the data position and the SPOS generators as they were after the saved
   // iteration; the run goes on from the next one.
-  const int start = input.resume ? input.resume_iteration : 0;
+  const int start = input.resume ? input.resume->iteration : 0;
   if (input.resume) {
-    const checkpoint::SafetensorsFile& c = *input.resume;
+    checkpoint::SafetensorsFile& c = input.resume->file;
     auto meta = [&](const std::string& key) {
       auto it = c.metadata.find(key);
       return it == c.metadata.end() ? std::string() : it->second;
@@ -1233,13 +1239,9 @@ int run(const Flags& f, Input input) {
     if (absl::Status s = checkpoint::restore(f.resume, c, *model.net, opt.get()); !s.ok()) {
       fail(kBadValue, "--resume: " + std::string(s.message()));
     }
-    uint64_t seeds = 0;
-    int64_t position = 0;
-    if (!absl::SimpleAtoi(meta("rng.runtime"), &seeds) || !absl::SimpleAtoi(meta("data_position"), &position)) {
-      fail(kBadValue, absl::StrCat("--resume '", f.resume, "': metadata rng.runtime '", meta("rng.runtime"),
-                                   "' or data_position '", meta("data_position"), "': expected whole numbers"));
-    }
-    rt.set_seed_counter(seeds);
+    c.tensors.clear();  // restored: the metadata is all that is read from here on
+    const int64_t position = input.resume->data_position;
+    rt.set_seed_counter(input.resume->seed_counter);
     if (absl::Status s = data->seek(position); !s.ok()) fail(kBadValue, "--resume: " + std::string(s.message()));
     if (spos_sampler && !spos_sampler->set_state(meta("rng.spos_sampler")).ok()) {
       fail(kBadValue, absl::StrCat("--resume '", f.resume, "': metadata rng.spos_sampler '", meta("rng.spos_sampler"),

@@ -4,6 +4,7 @@
 // optimizer's state set).
 #include <cstring>
 #include <set>
+#include <span>
 #include <unordered_map>
 
 #include "absl/strings/match.h"
@@ -72,10 +73,11 @@ std::vector<std::pair<std::string, Tensor>> model_tensors(const nn::Module& net)
   return out;
 }
 
-// param_names: the optimizer's parameter i -> its name in the model.
-absl::StatusOr<std::vector<std::string>> param_names(const nn::Module& net, const optim::Optimizer& opt) {
+// param_names: the optimizer's parameter i -> its name among the model's `tensors`.
+absl::StatusOr<std::vector<std::string>> param_names(std::span<const std::pair<std::string, Tensor>> tensors,
+                                                     const optim::Optimizer& opt) {
   std::unordered_map<uint64_t, std::string> by_id;
-  for (const auto& [name, t] : model_tensors(net)) by_id.emplace(t.id(), name);
+  for (const auto& [name, t] : tensors) by_id.emplace(t.id(), name);
   std::vector<std::string> names;
   for (const Tensor& p : opt.params()) {
     auto it = by_id.find(p.id());
@@ -98,12 +100,13 @@ absl::StatusOr<SafetensorsFile> collect(const nn::Module& net, optim::Optimizer*
   SafetensorsFile f;
   f.metadata = std::move(metadata);
   f.metadata["format"] = kFormat;
-  for (const auto& [name, t] : model_tensors(net)) {
+  const auto tensors = model_tensors(net);
+  for (const auto& [name, t] : tensors) {
     MTC_ASSIGN_OR_RETURN(f.tensors[name], to_host(name, t));
   }
   if (opt != nullptr) {
     f.metadata["optimizer"] = opt->name();
-    MTC_ASSIGN_OR_RETURN(std::vector<std::string> names, param_names(net, *opt));
+    MTC_ASSIGN_OR_RETURN(std::vector<std::string> names, param_names(tensors, *opt));
     for (size_t i = 0; i < names.size(); ++i) {
       const optim::Optimizer::StateSlots s = opt->state_slots(i);
       bool any = false;
@@ -152,7 +155,7 @@ absl::Status restore(const std::string& path, const SafetensorsFile& file, nn::M
       return bad(path, absl::StrCat("optimizer state of ", was, ": this run's optimizer is ", opt->name(),
                                     "; expected the optimizer the checkpoint was saved with"));
     }
-    MTC_ASSIGN_OR_RETURN(names, param_names(net, *opt));
+    MTC_ASSIGN_OR_RETURN(names, param_names(tensors, *opt));
     for (size_t i = 0; i < names.size(); ++i) {
       const optim::Optimizer::StateSlots s = opt->state_slots(i);
       const Tensor& p = opt->params()[i];

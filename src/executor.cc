@@ -88,43 +88,45 @@ Executor::Executor(Device& device, ExecutorOptions o)
 
 Executor::~Executor() {
   if (trace_) trace_->close().IgnoreError();  // close_trace reports; this only tidies up
-  if (chrome_) {
-    device_.compute_region().set_on_change(nullptr);
-    device_.comm_region().set_on_change(nullptr);
-    chrome_->close().IgnoreError();
-  }
+  close_chrome().IgnoreError();
   engine_.release_all();
 }
 
-absl::Status Executor::copy_to_device(void* dst, const void* src, size_t bytes) {
+namespace {
+// traced_copy: copy(), and a span of it on the Chrome trace's copy track when one is written.
+template <typename F>
+absl::Status traced_copy(ChromeTrace* chrome, const char* what, F&& copy) {
+  if (chrome == nullptr) return copy();
   const auto t0 = Clock::now();
-  absl::Status s = device_.copy_to_device(dst, src, bytes);
-  if (chrome_) chrome_->span("host to device", "copy", t0, us_since(t0), 2);
+  absl::Status s = copy();
+  chrome->span(what, "copy", t0, us_since(t0), 2);
   return s;
+}
+}  // namespace
+
+absl::Status Executor::copy_to_device(void* dst, const void* src, size_t bytes) {
+  return traced_copy(chrome_.get(), "host to device", [&] { return device_.copy_to_device(dst, src, bytes); });
 }
 
 absl::Status Executor::copy_to_host(void* dst, const void* src, size_t bytes) {
-  const auto t0 = Clock::now();
-  absl::Status s = device_.copy_to_host(dst, src, bytes);
-  if (chrome_) chrome_->span("device to host", "copy", t0, us_since(t0), 2);
-  return s;
+  return traced_copy(chrome_.get(), "device to host", [&] { return device_.copy_to_host(dst, src, bytes); });
 }
 
 absl::Status Executor::copy_on_device(void* dst, const void* src, size_t bytes) {
-  const auto t0 = Clock::now();
-  absl::Status s = device_.copy_on_device(dst, src, bytes);
-  if (chrome_) chrome_->span("on device", "copy", t0, us_since(t0), 2);
-  return s;
+  return traced_copy(chrome_.get(), "on device", [&] { return device_.copy_on_device(dst, src, bytes); });
+}
+
+absl::Status Executor::close_chrome() {
+  if (!chrome_) return absl::OkStatus();
+  chrome_->counter("budget", "m*", static_cast<double>(opts_.budget_bytes));  // the line runs to the end
+  device_.compute_region().set_on_change(nullptr);
+  device_.comm_region().set_on_change(nullptr);
+  return chrome_->close();  // idempotent: later events are dropped
 }
 
 absl::Status Executor::close_trace() {
   absl::Status s = trace_ ? trace_->close() : absl::OkStatus();
-  if (chrome_) {
-    chrome_->counter("budget", "m*", static_cast<double>(opts_.budget_bytes));  // the line runs to the end
-    device_.compute_region().set_on_change(nullptr);
-    device_.comm_region().set_on_change(nullptr);
-    s.Update(chrome_->close());
-  }
+  s.Update(close_chrome());
   return s;
 }
 
@@ -565,7 +567,7 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
   if (device_.async_kernels()) {
     collect_timers(/*wait=*/false);
     const uint64_t timer = device_.start_timer();
-    const auto issued = Clock::now();
+    const auto issued = chrome_ ? Clock::now() : Clock::time_point{};
     absl::Status s = kernel(op, KernelArgs{ins, outs, ctx});
     device_.stop_timer(timer);
     // An asynchronous device's span is the host's issue of the op (its device time comes later).

@@ -53,7 +53,7 @@ class Executor final : private evict::Host {
   absl::Status execute(GetValue& c);
   // set_observer: f is told of each program op's run and time (Interpreter::set_op_observer).
   void set_observer(OpObserver f) { observer_ = std::move(f); }
-  // close_trace: finishes the trace file, if one is being written.
+  // close_trace: finishes the trace file and the Chrome trace, those being written.
   absl::Status close_trace();
 
   Device& device() { return device_; }
@@ -127,6 +127,9 @@ class Executor final : private evict::Host {
   EvictOptions opts_;
   std::shared_ptr<TraceWriter> trace_;
   std::shared_ptr<ChromeTrace> chrome_;
+  // close_chrome: the budget line's last point, the regions' counters unhooked, the file
+  // finished (close_trace, the destructor).
+  absl::Status close_chrome();
   uint64_t chrome_evictions_ = 0;  // drops + swaps last written to the Chrome trace
   bool simulate_;
   std::vector<OpFrame*> frames_;  // the ops being run, innermost last
