@@ -22,7 +22,9 @@ cmake -S "$src/examples/custom_model" -B "$tmp/example" -G Ninja -DCMAKE_PREFIX_
 cmake --build "$tmp/example" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "building the example"; }
 (cd "$tmp/example" && ./custom_model "$tmp/model.safetensors") || fail "running the example"
 [ -s "$tmp/model.safetensors" ] || fail "the example wrote no checkpoint"
+# ldd's output kept first: `ldd | grep -q` under pipefail fails when grep stops reading early.
+libs=$(ldd "$tmp/example/custom_model")
 echo "ldd custom_model:"
-ldd "$tmp/example/custom_model" | awk '{print "  " $1 " => " $3}'
-ldd "$tmp/example/custom_model" | grep -q "$tmp/prefix/lib/libmtc.so" || fail "the example does not use the installed libmtc"
+awk '{print "  " $1 " => " $3}' <<<"$libs"
+grep -q "$tmp/prefix/lib/libmtc.so" <<<"$libs" || fail "the example does not use the installed libmtc"
 echo PASS
