@@ -1,6 +1,6 @@
 // The backend-independent part of comm/: names, create() choosing a backend, MPI start-up
-// and job abort (forwarded to mpi.cc when MPI is built in), and the fallbacks of the MPI
-// services for a build without MPI.
+// and job abort, and the MPI services of internal.h: each forwards to the MPI plug-in
+// (libmtc_comm_mpi.so, comm/plugin.h) once it is loaded, or answers for a world of one.
 #include "comm/communicator.h"
 
 #include <cstdio>
@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/internal.h"
+#include "comm/plugin.h"
+#include "mtc/status.h"
 
 namespace mtc::comm {
 
@@ -79,13 +81,21 @@ absl::StatusOr<std::shared_ptr<Communicator>> create(const CommOptions& opts) {
     }
     case Backend::kMpi:
 #ifdef MTC_COMM_HAVE_MPI
-      return internal::make_mpi(opts);
+    {
+      auto p = internal::mpi_plugin();
+      if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat("comm: backend mpi: ", p.status().message()));
+      return (*p)->make(opts);
+    }
 #else
       break;
 #endif
     case Backend::kNccl:
 #ifdef MTC_COMM_HAVE_NCCL
-      return internal::make_nccl(opts);
+    {
+      auto p = plugin::load(internal::kNcclPluginLibrary, internal::kNcclPluginEntry);
+      if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat("comm: backend nccl: ", p.status().message()));
+      return static_cast<const internal::NcclPlugin*>(*p)->make(opts);
+    }
 #else
       break;
 #endif
@@ -119,27 +129,78 @@ bool check_enabled(const CommOptions& opts) {
   return env != nullptr && std::string(env) == "1";
 }
 
-#ifndef MTC_COMM_HAVE_MPI
-// Without MPI the job is one rank and init/finalize have nothing to do.
-absl::Status mpi_init(int*, char***) {
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr) {
-    return absl::FailedPreconditionError(
-        "comm::init: the job was started by an MPI launcher, but this build has no MPI (built: " +
-        built_backends() + "); rebuild with MPI or run one rank without mpirun");
-  }
-  return absl::OkStatus();
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
 }
-void mpi_finalize() {}
-bool mpi_is_initialized() { return false; }
-void mpi_abort(int status) { std::_Exit(status); }
-int mpi_world_rank() { return 0; }
-int mpi_world_size() { return 1; }
-absl::StatusOr<bool> mpi_all_ok(bool ok) { return ok; }
-absl::Status mpi_broadcast(void*, size_t, int) { return absl::OkStatus(); }
-absl::StatusOr<std::unique_ptr<Exchange>> mpi_exchange() {
-  return absl::UnimplementedError("comm: the argument check across ranks needs MPI, which is not built in");
-}
+
+absl::StatusOr<const MpiPlugin*> mpi_plugin() {
+#ifdef MTC_COMM_HAVE_MPI
+  MTC_ASSIGN_OR_RETURN(const void* table, plugin::load(kMpiPluginLibrary, kMpiPluginEntry));
+  return static_cast<const MpiPlugin*>(table);
+#else
+  return absl::UnimplementedError("backend mpi is not built in (built: " + built_backends() + ")");
 #endif
+}
+
+namespace {
+// active: the MPI plug-in when it is loaded, or when this job was started by an MPI
+// launcher (then it is loaded now: such a job is asked to run on MPI); else null, and the
+// services answer for a world of one. A launched job whose plug-in cannot be loaded also
+// gets null here; mpi_init reports why.
+const MpiPlugin* active() {
+  if (!launched_by_mpi() && !plugin::loaded(kMpiPluginLibrary)) return nullptr;
+  auto p = mpi_plugin();
+  return p.ok() ? *p : nullptr;
+}
+}  // namespace
+
+absl::Status mpi_init(int* argc, char*** argv) {
+  if (!launched_by_mpi()) {
+    // One rank without a launcher: no MPI at all (the single-GPU fallback), unless the
+    // plug-in was loaded already (a program that started MPI itself).
+    if (const MpiPlugin* p = active()) return p->init(argc, argv);
+    return absl::OkStatus();
+  }
+  auto p = mpi_plugin();
+  if (!p.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "comm::init: the job was started by an MPI launcher, but MPI is not available: ", p.status().message(),
+        p.status().code() == absl::StatusCode::kUnimplemented ? "; rebuild with MPI or run one rank without mpirun"
+                                                              : ""));
+  }
+  return (*p)->init(argc, argv);
+}
+void mpi_finalize() {
+  if (const MpiPlugin* p = active()) p->finalize();
+}
+bool mpi_is_initialized() {
+  const MpiPlugin* p = active();
+  return p != nullptr && p->is_initialized();
+}
+void mpi_abort(int status) {
+  if (const MpiPlugin* p = active()) p->abort(status);
+  std::_Exit(status);
+}
+int mpi_world_rank() {
+  const MpiPlugin* p = active();
+  return p != nullptr ? p->world_rank() : 0;
+}
+int mpi_world_size() {
+  const MpiPlugin* p = active();
+  return p != nullptr ? p->world_size() : 1;
+}
+absl::StatusOr<bool> mpi_all_ok(bool ok) {
+  const MpiPlugin* p = active();
+  return p != nullptr ? p->all_ok(ok) : ok;
+}
+absl::Status mpi_broadcast(void* data, size_t bytes, int root) {
+  const MpiPlugin* p = active();
+  return p != nullptr ? p->broadcast(data, bytes, root) : absl::OkStatus();
+}
+absl::StatusOr<std::unique_ptr<Exchange>> mpi_exchange() {
+  MTC_ASSIGN_OR_RETURN(const MpiPlugin* p, mpi_plugin());
+  return p->exchange();
+}
 
 }  // namespace internal
 }  // namespace mtc::comm

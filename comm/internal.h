@@ -201,12 +201,12 @@ class CallCommunicator : public Communicator {
   virtual std::shared_ptr<Work> issue(Call c) = 0;
 };
 
-// The backends' factories (each in its own .cc; the MPI and NCCL ones only when built).
+// The local backend's factory (local.cc, in libmtc_comm).
 absl::StatusOr<std::shared_ptr<Communicator>> make_local(const CommOptions& opts, Backend reported);
-absl::StatusOr<std::shared_ptr<Communicator>> make_mpi(const CommOptions& opts);
-absl::StatusOr<std::shared_ptr<Communicator>> make_nccl(const CommOptions& opts);
 
-// MPI services for the rest of comm/ (mpi.cc; without MPI, communicator.cc's fallbacks).
+// MPI services for the rest of comm/ (communicator.cc). They forward to the MPI plug-in,
+// which is loaded when the job was started by an MPI launcher or backend mpi is asked
+// for; otherwise (one rank without mpirun) they answer for a world of one without it.
 absl::Status mpi_init(int* argc, char*** argv);
 void mpi_finalize();
 bool mpi_is_initialized();
@@ -220,5 +220,35 @@ absl::StatusOr<bool> mpi_all_ok(bool ok);
 absl::Status mpi_broadcast(void* data, size_t bytes, int root);
 // mpi_exchange: an Exchange over a duplicate of MPI_COMM_WORLD (for the argument check).
 absl::StatusOr<std::unique_ptr<Exchange>> mpi_exchange();
+// launched_by_mpi: OMPI_COMM_WORLD_SIZE or PMIX_RANK is set.
+bool launched_by_mpi();
+
+// The plug-ins' tables (comm/plugin.h): libmtc_comm_mpi.so's entry point
+// mtc_comm_mpi_plugin returns an MpiPlugin, libmtc_comm_nccl.so's mtc_comm_nccl_plugin an
+// NcclPlugin. `abi` is plugin::kPluginAbi and comes first.
+struct MpiPlugin {
+  uint32_t abi;
+  absl::Status (*init)(int* argc, char*** argv);
+  void (*finalize)();
+  bool (*is_initialized)();
+  void (*abort)(int status);
+  int (*world_rank)();
+  int (*world_size)();
+  absl::StatusOr<bool> (*all_ok)(bool ok);
+  absl::Status (*broadcast)(void* data, size_t bytes, int root);
+  absl::StatusOr<std::unique_ptr<Exchange>> (*exchange)();
+  absl::StatusOr<std::shared_ptr<Communicator>> (*make)(const CommOptions& opts);
+};
+struct NcclPlugin {
+  uint32_t abi;
+  absl::StatusOr<std::shared_ptr<Communicator>> (*make)(const CommOptions& opts);
+};
+inline constexpr const char* kMpiPluginLibrary = "libmtc_comm_mpi.so";
+inline constexpr const char* kMpiPluginEntry = "mtc_comm_mpi_plugin";
+inline constexpr const char* kNcclPluginLibrary = "libmtc_comm_nccl.so";
+inline constexpr const char* kNcclPluginEntry = "mtc_comm_nccl_plugin";
+// mpi_plugin: the MPI plug-in, loaded now if it was not (Unimplemented in a build
+// without MPI; plugin::load's errors when it cannot be loaded).
+absl::StatusOr<const MpiPlugin*> mpi_plugin();
 
 }  // namespace mtc::comm::internal

@@ -1,5 +1,8 @@
 // The MPI backend (host memory) and the MPI services the rest of comm/ uses: start-up,
 // finalize, abort, and small set-up collectives (the NCCL unique id, the argument check).
+// Built as the plug-in libmtc_comm_mpi.so (comm/plugin.h): everything here has internal
+// linkage and reaches libmtc_comm through the table mtc_comm_mpi_plugin returns, so the
+// only library that links libmpi is this one.
 //
 // Each MpiCommunicator owns an MPI_Comm_dup of MPI_COMM_WORLD (or, made by split(), an
 // MPI_Comm_split of its parent's) and a comm thread that runs
@@ -22,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/internal.h"
+#include "comm/plugin.h"
 #include "mtc/status.h"
 
 namespace mtc::comm::internal {
@@ -60,10 +64,6 @@ const char* thread_level_name(int level) {
       return "MPI_THREAD_MULTIPLE";
   }
   return "an unknown thread level";
-}
-
-bool launched_by_mpi() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
 }
 
 bool finalized() {
@@ -277,9 +277,9 @@ absl::StatusOr<std::shared_ptr<Communicator>> MpiCommunicator::split(int color, 
       std::make_shared<MpiCommunicator>(sub, rank, world, std::move(check), check_on_));
 }
 
-}  // namespace
+bool plugin_mpi_is_initialized();
 
-absl::Status mpi_init(int* argc, char*** argv) {
+absl::Status plugin_mpi_init(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -296,37 +296,37 @@ absl::Status mpi_init(int* argc, char*** argv) {
   return thread_level_ok("comm::init");
 }
 
-void mpi_finalize() {
-  if (mpi_is_initialized()) MPI_Finalize();
+void plugin_mpi_finalize() {
+  if (plugin_mpi_is_initialized()) MPI_Finalize();
 }
 
-bool mpi_is_initialized() {
+bool plugin_mpi_is_initialized() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   return initialized != 0 && !finalized();
 }
 
-void mpi_abort(int status) {
+void plugin_mpi_abort(int status) {
   MPI_Abort(MPI_COMM_WORLD, status);
   std::_Exit(status);  // MPI_Abort should not return; if it does, still stop this rank
 }
 
-int mpi_world_rank() {
-  if (!mpi_is_initialized()) return 0;
+int plugin_mpi_world_rank() {
+  if (!plugin_mpi_is_initialized()) return 0;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
 
-int mpi_world_size() {
-  if (!mpi_is_initialized()) return 1;
+int plugin_mpi_world_size() {
+  if (!plugin_mpi_is_initialized()) return 1;
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
 }
 
-absl::StatusOr<bool> mpi_all_ok(bool ok) {
-  if (!mpi_is_initialized()) return ok;
+absl::StatusOr<bool> plugin_mpi_all_ok(bool ok) {
+  if (!plugin_mpi_is_initialized()) return ok;
   MTC_ASSIGN_OR_RETURN(MPI_Comm comm, dup(MPI_COMM_WORLD, "comm: set-up"));
   int mine = ok ? 1 : 0, all = 0;
   absl::Status s;
@@ -339,8 +339,8 @@ absl::StatusOr<bool> mpi_all_ok(bool ok) {
   return all != 0;
 }
 
-absl::Status mpi_broadcast(void* data, size_t bytes, int root) {
-  if (!mpi_is_initialized()) return absl::OkStatus();
+absl::Status plugin_mpi_broadcast(void* data, size_t bytes, int root) {
+  if (!plugin_mpi_is_initialized()) return absl::OkStatus();
   if (bytes > static_cast<size_t>(INT_MAX)) return absl::InternalError("comm: set-up broadcast too large");
   MTC_ASSIGN_OR_RETURN(MPI_Comm comm, dup(MPI_COMM_WORLD, "comm: set-up"));
   absl::Status s;
@@ -353,13 +353,13 @@ absl::Status mpi_broadcast(void* data, size_t bytes, int root) {
   return s;
 }
 
-absl::StatusOr<std::unique_ptr<Exchange>> mpi_exchange() {
+absl::StatusOr<std::unique_ptr<Exchange>> plugin_mpi_exchange() {
   MTC_ASSIGN_OR_RETURN(MPI_Comm comm, dup(MPI_COMM_WORLD, "comm: argument check"));
   return std::unique_ptr<Exchange>(std::make_unique<MpiExchange>(comm));
 }
 
-absl::StatusOr<std::shared_ptr<Communicator>> make_mpi(const CommOptions& opts) {
-  if (!mpi_is_initialized()) {
+absl::StatusOr<std::shared_ptr<Communicator>> plugin_make_mpi(const CommOptions& opts) {
+  if (!plugin_mpi_is_initialized()) {
     if (launched_by_mpi()) {
       return absl::FailedPreconditionError(
           "comm: backend mpi: the job was started by an MPI launcher but MPI is not initialised: call "
@@ -399,4 +399,24 @@ absl::StatusOr<std::shared_ptr<Communicator>> make_mpi(const CommOptions& opts) 
       std::make_shared<MpiCommunicator>(comm, rank, world, std::move(check), check_on != 0));
 }
 
+const MpiPlugin kPlugin = {
+    .abi = plugin::kPluginAbi,
+    .init = plugin_mpi_init,
+    .finalize = plugin_mpi_finalize,
+    .is_initialized = plugin_mpi_is_initialized,
+    .abort = plugin_mpi_abort,
+    .world_rank = plugin_mpi_world_rank,
+    .world_size = plugin_mpi_world_size,
+    .all_ok = plugin_mpi_all_ok,
+    .broadcast = plugin_mpi_broadcast,
+    .exchange = plugin_mpi_exchange,
+    .make = plugin_make_mpi,
+};
+
+}  // namespace
 }  // namespace mtc::comm::internal
+
+// The plug-in's entry point (comm/plugin.h).
+extern "C" __attribute__((visibility("default"))) const void* mtc_comm_mpi_plugin() {
+  return &mtc::comm::internal::kPlugin;
+}

@@ -9,6 +9,9 @@
 // split() makes a communicator of a subset with ncclCommSplit (NCCL 2.18 or later), on
 // the same device with a stream of its own.
 //
+// Built as the plug-in libmtc_comm_nccl.so (comm/plugin.h), the only library that links
+// NCCL; its MPI set-up goes through libmtc_comm, which loads the MPI plug-in.
+//
 // kAvg: f32 uses ncclAvg. For i32 NCCL's average divides as unsigned (wrong for negative
 // sums), so i32 kAvg is ncclSum followed by a host round trip on the same stream: copy to
 // pinned memory, divide there (truncating toward zero, as the MPI backend does), copy
@@ -21,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/internal.h"
+#include "comm/plugin.h"
 #include "mtc/status.h"
 
 namespace mtc::comm::internal {
@@ -388,8 +392,6 @@ absl::StatusOr<std::shared_ptr<Communicator>> NcclCommunicator::split(int color,
 #endif
 }
 
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<Communicator>> make_nccl(const CommOptions& opts) {
   const char* what = "comm: backend nccl";
   const int rank = mpi_world_rank();
@@ -433,4 +435,12 @@ absl::StatusOr<std::shared_ptr<Communicator>> make_nccl(const CommOptions& opts)
       std::make_shared<NcclCommunicator>(std::move(st), rank, std::move(check), check_on));
 }
 
+const NcclPlugin kPlugin = {.abi = plugin::kPluginAbi, .make = make_nccl};
+
+}  // namespace
 }  // namespace mtc::comm::internal
+
+// The plug-in's entry point (comm/plugin.h).
+extern "C" __attribute__((visibility("default"))) const void* mtc_comm_nccl_plugin() {
+  return &mtc::comm::internal::kPlugin;
+}

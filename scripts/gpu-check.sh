@@ -139,7 +139,10 @@ prepare() {
   mkdir -p "$b/bin" "$b/lib" "$b/compat"
   cp "$build/launch/mtc-train" "$build/benchmarks/mtc-bench-comm" "$b/bin/"
   for t in "${tests[@]}"; do cp "$build/tests/$t" "$b/bin/"; done
-  strip --strip-unneeded "$b"/bin/*
+  # The plug-ins libmtc loads by name from its own folder (comm/plugin.h): the CUDA backend
+  # and NCCL's. The MPI one stays out: the GPU machine has no MPI.
+  cp "$build/lib/libmtc_cuda.so" "$build/lib/libmtc_comm_nccl.so" "$b/lib/"
+  strip --strip-unneeded "$b"/bin/* "$b"/lib/libmtc_cuda.so "$b"/lib/libmtc_comm_nccl.so
   local soname path kind
   while read -r soname path; do
     [ "$path" != not-found ] ||
@@ -149,7 +152,7 @@ prepare() {
       bundle) cp -L "$path" "$b/lib/$soname" ;;
       system) [[ $soname != libstdc++* ]] || cp -L "$path" "$b/compat/$soname" ;;
     esac
-  done < <(resolved "$b"/bin/*)
+  done < <(resolved "$b"/bin/* "$b"/lib/libmtc_cuda.so "$b"/lib/libmtc_comm_nccl.so)
   {
     echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') from $what"
     echo "configure: ${cmake_flags[*]}"
@@ -158,7 +161,7 @@ prepare() {
     echo "libstdc++ needed: $(objdump -T "$b"/bin/* "$b"/lib/* 2>/dev/null | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -n 1)"
     echo "glibc needed: $(objdump -T "$b"/bin/* "$b"/lib/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1)"
     echo "cuda libraries expected on the GPU machine:"
-    resolved "$b"/bin/* | while read -r soname path; do
+    resolved "$b"/bin/* "$b"/lib/libmtc_cuda.so "$b"/lib/libmtc_comm_nccl.so | while read -r soname path; do
       [ "$(lib_kind "$path")" != cuda ] || echo "  $soname (here: $path)"
     done
     for h in cudnn_version.h nccl.h; do
@@ -302,7 +305,16 @@ get_binaries() {
   source_of_binaries="the build folder $build_dir"
   cp "$build_dir/launch/mtc-train" "$build_dir/benchmarks/mtc-bench-comm" "$work/bin/"
   for t in "$build_dir"/tests/cuda_*_test "$build_dir"/tests/*nccl*_test; do [ -x "$t" ] && cp "$t" "$work/bin/"; done
-  libdirs=$build_dir/src
+  libdirs=$build_dir/lib
+  return 0
+}
+
+# objects: what must resolve on this machine: the binaries and the GPU plug-ins (in the
+# first folder of libdirs, beside libmtc.so).
+objects() {
+  local p
+  printf '%s\n' "$work"/bin/*
+  for p in libmtc_cuda.so libmtc_comm_nccl.so; do [ -e "${libdirs%%:*}/$p" ] && echo "${libdirs%%:*}/$p"; done
   return 0
 }
 
@@ -334,7 +346,7 @@ EOF
 check_libraries() {
   local missing soname path dir found kind
   export LD_LIBRARY_PATH=$libdirs
-  missing=$(resolved "$work"/bin/* | awk '$2 == "not-found" { print $1 }')
+  missing=$(resolved $(objects) | awk '$2 == "not-found" { print $1 }')
   if [ -n "$missing" ]; then
     while IFS= read -r dir; do
       found=0
@@ -342,7 +354,7 @@ check_libraries() {
       if [ "$found" = 1 ]; then
         libdirs=$libdirs:$dir
         export LD_LIBRARY_PATH=$libdirs
-        missing=$(resolved "$work"/bin/* | awk '$2 == "not-found" { print $1 }')
+        missing=$(resolved $(objects) | awk '$2 == "not-found" { print $1 }')
         [ -n "$missing" ] || break
       fi
     done < <(cuda_candidates)
@@ -368,13 +380,13 @@ check_libraries() {
     else
       md "| $soname | ${path//$work/\$WORK} |"
     fi
-  done < <(LD_LIBRARY_PATH=$libdirs resolved "$work"/bin/*)
+  done < <(LD_LIBRARY_PATH=$libdirs resolved $(objects))
   local first=${libdirs%%:*}
   md "| $nb others | ${first//$work/\$WORK} |"
-  if LD_LIBRARY_PATH=$libdirs ldd "$work"/bin/* 2>&1 | grep -q "version .* not found"; then
+  if LD_LIBRARY_PATH=$libdirs ldd $(objects) 2>&1 | grep -q "version .* not found"; then
     bad=1
     md "" "version errors:" '```'
-    LD_LIBRARY_PATH=$libdirs ldd "$work"/bin/* 2>&1 | grep "version .* not found" | sort -u >>"$out"
+    LD_LIBRARY_PATH=$libdirs ldd $(objects) 2>&1 | grep "version .* not found" | sort -u >>"$out"
     md '```'
   fi
   if [ "$bad" = 0 ]; then

@@ -77,7 +77,8 @@ class Device {
 };
 
 // visible_gpus: the GPUs this process can use (CUDA_VISIBLE_DEVICES applied by the CUDA
-// runtime); 0 in a build without the CUDA backend or on a machine without a GPU.
+// runtime); 0 in a build without the CUDA backend, where its plug-in cannot be loaded, or
+// on a machine without a GPU. It loads the plug-in (and with it the CUDA libraries).
 int visible_gpus();
 
 // default_threads: CPU kernel threads when none are asked for: the cores this process may
@@ -93,5 +94,20 @@ int idle_cores(double sample_sec);
 // make_device: the device the options name, with its arena taken. Fails with a Status
 // (not a crash) when the memory cannot be had or the device type is not built in.
 absl::StatusOr<std::shared_ptr<Device>> make_device(const DeviceOptions& opts);
+
+// The CUDA backend (src/kernels/cuda) is the plug-in libmtc_cuda.so (comm/plugin.h),
+// loaded on the first make_device of a cuda device or visible_gpus(); its kernels register
+// themselves in the op registry as it loads. Its entry point mtc_cuda_plugin returns:
+struct CudaPlugin {
+  uint32_t abi;  // plugin::kPluginAbi
+  absl::StatusOr<std::shared_ptr<Device>> (*make)(const DeviceOptions& opts);
+  int (*device_count)();  // cudaGetDeviceCount, 0 on an error
+};
+inline constexpr const char* kCudaPluginLibrary = "libmtc_cuda.so";
+// load_cuda_backend: loads the plug-in now (once; later calls return the first outcome),
+// so that its kernels are in the op registry. Unavailable in a build without it, or with
+// plugin::load's message when it cannot be loaded.
+absl::Status load_cuda_backend();
+inline constexpr const char* kCudaPluginEntry = "mtc_cuda_plugin";
 
 }  // namespace mtc

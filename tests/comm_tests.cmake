@@ -7,10 +7,16 @@ foreach(t comm_local_test comm_nccl_test)
     target_link_libraries(${t} PRIVATE mtc_comm)
   endif()
 endforeach()
+# comm_nccl_test makes its device buffers with the CUDA runtime itself (the NCCL backend
+# is a plug-in that links it; libmtc_comm does not).
+if(MTC_HAVE_NCCL AND TARGET comm_nccl_test)
+  target_include_directories(comm_nccl_test PRIVATE ${MTC_NCCL_INCLUDE})
+  target_link_libraries(comm_nccl_test PRIVATE CUDA::cudart)
+endif()
 
 if(MTC_HAVE_MPI)
   add_executable(comm_mpitest ${CMAKE_CURRENT_SOURCE_DIR}/comm_mpitest.cc)
-  target_link_libraries(comm_mpitest PRIVATE mtc_comm GTest::gtest)
+  target_link_libraries(comm_mpitest PRIVATE mtc_comm GTest::gtest MPI::MPI_CXX)
   set(MTC_COMM_MPITEST_ENV
       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
   if(MTC_SANITIZE MATCHES "address")

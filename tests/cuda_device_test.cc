@@ -34,6 +34,8 @@ TEST(CudaRegistry, EveryOpWithACpuKernelHasACudaKernel) {
 #ifndef MTC_HAVE_CUDA
   GTEST_SKIP() << "built without the CUDA backend (no nvcc or cuDNN at configure time)";
 #else
+  // The CUDA kernels register themselves as their plug-in loads (docs/library.md).
+  ASSERT_TRUE(load_cuda_backend().ok()) << load_cuda_backend();
   std::vector<std::string> missing;
   int both = 0;
   for (const OpSchema* s : all_op_schemas()) {

@@ -12,6 +12,9 @@
 // copy stream waits for the compute stream (an event), so it never reads or overwrites
 // memory a queued kernel still uses; after it the compute stream waits for the copy
 // stream. Kernels never wait on the host.
+//
+// With every file of src/kernels/cuda this is the plug-in libmtc_cuda.so (device.h's
+// CudaPlugin): make_cuda_device and cuda_device_count reach libmtc through its table.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "device.h"
+#include "comm/plugin.h"
 #include "kernels/cuda/cuda_util.h"
 #include "mtc/status.h"
 
@@ -283,6 +287,10 @@ absl::StatusOr<std::shared_ptr<Device>> make_cuda_device(const DeviceOptions& o)
   return d;
 }
 
+namespace {
+const CudaPlugin kPlugin = {.abi = plugin::kPluginAbi, .make = make_cuda_device, .device_count = cuda_device_count};
+}  // namespace
+
 namespace cuda {
 
 cudaStream_t stream(KernelContext& ctx) { return cuda_device(ctx).compute_stream(); }
@@ -307,3 +315,6 @@ absl::Status status(cublasStatus_t s, const char* what) {
 
 }  // namespace cuda
 }  // namespace mtc
+
+// The plug-in's entry point (comm/plugin.h).
+extern "C" __attribute__((visibility("default"))) const void* mtc_cuda_plugin() { return &mtc::kPlugin; }
