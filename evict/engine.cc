@@ -455,6 +455,26 @@ HeldBytes Engine::held(std::span<TensorRecord* const> own_inputs) const {
   return h;
 }
 
+TensorBytes Engine::tensor_bytes() const {
+  TensorBytes t;
+  for (const auto& [id, r] : records_) {
+    switch (r.state) {
+      case StorageState::kResident:
+        if (r.persistent && !r.in_comm) t.persistent += r.block.size;
+        break;
+      case StorageState::kSwapped:
+        if (r.handle_alive) t.swapped += r.desc.bytes();
+        break;
+      case StorageState::kDropped:
+        if (r.handle_alive) t.dropped += r.desc.bytes();
+        break;
+      case StorageState::kMissing:
+        break;
+    }
+  }
+  return t;
+}
+
 // ---- regeneration ----
 
 absl::Status Engine::ensure_resident(TensorRecord& r) {

@@ -102,6 +102,19 @@ struct HeldBytes {
   size_t total() const { return own_inputs + waiting + persistent + small + kept_by_mode + evictable; }
 };
 
+// TensorBytes: the tensors of the compute region by kind, for the memory timeline
+// (mtc-train --chrome_trace, mtc-memplot): the persistent ones resident there (parameters,
+// optimizer state, gradients kept in m2), and the bytes of the evicted ones a handle still
+// names, swapped to host or dropped to be recomputed: what would be resident without DTE
+// (an evicted tensor kept only as a recompute source, Note [Fake delete], is not counted:
+// without DTE it would be gone).
+struct TensorBytes {
+  size_t persistent = 0;
+  size_t swapped = 0;
+  size_t dropped = 0;
+  bool operator==(const TensorBytes&) const = default;
+};
+
 class Engine {
  public:
   // The constructor measures gamma through host when it must (see bytes_per_us).
@@ -146,6 +159,8 @@ class Engine {
   // addresses). Says whether it made such a block. Note [Compaction]
   bool compact(size_t bytes, bool move_pinned);
   HeldBytes held(std::span<TensorRecord* const> own_inputs) const;
+  // tensor_bytes: TensorBytes over every record (a walk of them all).
+  TensorBytes tensor_bytes() const;
 
   // ---- step 4 and 5: mutation and the graph ----
   absl::Status snapshot_before_mutation(TensorRecord& x);  // Note [Copy on mutate]

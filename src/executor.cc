@@ -116,6 +116,18 @@ absl::Status Executor::copy_on_device(void* dst, const void* src, size_t bytes) 
   return traced_copy(chrome_.get(), "on device", [&] { return device_.copy_on_device(dst, src, bytes); });
 }
 
+void Executor::chrome_tensors() {
+  if (!chrome_) return;
+  const evict::TensorBytes t = engine_.tensor_bytes();
+  const size_t allocated = device_.compute_region().stats().allocated;
+  if (chrome_tensors_ == std::pair{t, allocated}) return;
+  chrome_tensors_ = std::pair{t, allocated};
+  chrome_->counters("tensors", {{"persistent", static_cast<double>(t.persistent)},
+                                {"transient", static_cast<double>(allocated - std::min(allocated, t.persistent))},
+                                {"swapped", static_cast<double>(t.swapped)},
+                                {"dropped", static_cast<double>(t.dropped)}});
+}
+
 absl::Status Executor::close_chrome() {
   if (!chrome_) return absl::OkStatus();
   chrome_->counter("budget", "m*", static_cast<double>(opts_.budget_bytes));  // the line runs to the end
@@ -225,6 +237,7 @@ absl::Status Executor::execute(ApplyOp& c) {
     chrome_evictions_ = stats.evict_drop + stats.evict_swap;
     chrome_->counter("evictions", "drop + swap", static_cast<double>(chrome_evictions_));
   }
+  chrome_tensors();
   if (observer_) {
     if (device_.async_kernels()) {
       if (auto it = pending_timers_.find(last_timer_); it != pending_timers_.end()) {
@@ -351,6 +364,7 @@ absl::Status Executor::execute(Put& c) {
   r.last_access = engine_.clock();
   engine_.set_resident(r, block);
   if (trace_) trace_->put(r.id, r.desc, r.persistent);
+  chrome_tensors();
   return absl::OkStatus();
 }
 
@@ -359,6 +373,7 @@ absl::Status Executor::execute(Del& c) {
   if (r == nullptr) return absl::OkStatus();  // its op failed: nothing was made
   if (trace_) trace_->release(c.id);
   engine_.release(*r);  // erased, or kept as a recompute source (Note [Fake delete])
+  chrome_tensors();
   return absl::OkStatus();
 }
 
@@ -381,6 +396,7 @@ absl::Status Executor::execute(MakeGradient& c) {
     }
   }
   engine_.cut_producer(*r);
+  chrome_tensors();
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -131,6 +132,10 @@ class Executor final : private evict::Host {
   // finished (close_trace, the destructor).
   absl::Status close_chrome();
   uint64_t chrome_evictions_ = 0;  // drops + swaps last written to the Chrome trace
+  // chrome_tensors: writes the "tensors" counter (the compute region's tensors by kind)
+  // when it or the region's allocated bytes changed since the last one written.
+  void chrome_tensors();
+  std::optional<std::pair<evict::TensorBytes, size_t>> chrome_tensors_;
   bool simulate_;
   std::vector<OpFrame*> frames_;  // the ops being run, innermost last
   // Op timings in flight on an asynchronous device (Device::start_timer): the compute

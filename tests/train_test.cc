@@ -699,7 +699,7 @@ TEST_F(MtcTrain, MetricsFileIsAJsonObjectPerIteration) {
 }
 
 // --chrome_trace: valid JSON in the Chrome trace format; op spans on the compute thread,
-// DTE's swaps on the copy thread;
+// DTE's swaps on the copy thread; the "tensors" counter splitting the region's bytes;
 // the compute region's counter at every allocation and free, whose largest value is the
 // summary's peak and whose values stay within the budget line; the evictions counter
 // ending at the metrics file's last totals; a mark per iteration.
@@ -715,6 +715,7 @@ TEST_F(MtcTrain, ChromeTraceCountersMatchTheRegionStatistics) {
   const nlohmann::json trace = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   ASSERT_TRUE(trace.is_object() && trace["traceEvents"].is_array()) << "not a Chrome trace";
   uint64_t spans = 0, conv = 0, copies = 0, peak = 0, budget = 0, evictions = 0;
+  uint64_t allocated = 0, tensors = 0, persistent = 0, swapped = 0;
   std::vector<std::string> marks;
   double last_ts = -1;
   for (const nlohmann::json& e : trace["traceEvents"]) {
@@ -729,7 +730,20 @@ TEST_F(MtcTrain, ChromeTraceCountersMatchTheRegionStatistics) {
     } else if (ph == "C") {
       EXPECT_GE(e["ts"].get<double>(), last_ts) << "counters in time order";
       last_ts = e["ts"].get<double>();
-      if (name == "compute region") peak = std::max(peak, e["args"]["allocated"].get<uint64_t>());
+      if (name == "compute region") {
+        allocated = e["args"]["allocated"].get<uint64_t>();
+        peak = std::max(peak, allocated);
+      }
+      if (name == "tensors") {
+        // The split of the region's bytes at that moment: persistent + transient is the
+        // region's allocated bytes as its own counter last said.
+        ++tensors;
+        const nlohmann::json& a = e["args"];
+        EXPECT_EQ(a["persistent"].get<uint64_t>() + a["transient"].get<uint64_t>(), allocated);
+        persistent = std::max(persistent, a["persistent"].get<uint64_t>());
+        swapped = std::max(swapped, a["swapped"].get<uint64_t>());
+        EXPECT_GE(a["dropped"].get<double>(), 0.0);
+      }
       if (name == "budget") budget = e["args"]["m*"].get<uint64_t>();
       if (name == "evictions") evictions = e["args"]["drop + swap"].get<uint64_t>();
     } else if (ph == "i") {
@@ -741,6 +755,9 @@ TEST_F(MtcTrain, ChromeTraceCountersMatchTheRegionStatistics) {
   EXPECT_GT(copies, 0u) << "DTE swaps under the 10 MiB budget: spans on the copy track";
   EXPECT_EQ(marks, (std::vector<std::string>{"iteration 1", "iteration 2"}));
   EXPECT_EQ(budget, uint64_t{10} << 20);
+  EXPECT_GT(tensors, 100u);
+  EXPECT_GE(persistent, uint64_t{272474} * 4) << "at least ResNet-20's parameters";
+  EXPECT_GT(swapped, 0u) << "swaps under the 10 MiB budget: tensors on the host";
   const size_t at = r.out.rfind("peak_compute_bytes=");
   ASSERT_NE(at, std::string::npos);
   EXPECT_EQ(peak, std::stoull(r.out.substr(at + 19))) << "the counter's largest value is the region's peak";

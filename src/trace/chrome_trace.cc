@@ -67,6 +67,14 @@ void ChromeTrace::counter(const char* name, const char* series, double value) {
                         series, value));
 }
 
+void ChromeTrace::counters(const char* name, std::initializer_list<std::pair<const char*, double>> series) {
+  std::string args;
+  for (const auto& [key, value] : series) {
+    absl::StrAppendFormat(&args, R"(%s"%s":%.17g)", args.empty() ? "" : ",", key, value);
+  }
+  event(absl::StrFormat(R"({"name":"%s","ph":"C","ts":%.3f,"pid":%d,"args":{%s}})", name, now_us(), pid_, args));
+}
+
 void ChromeTrace::instant(const std::string& name) {
   event(absl::StrFormat(R"({"name":%s,"ph":"i","s":"g","ts":%.3f,"pid":%d,"tid":1})", json_string(name), now_us(),
                         pid_));

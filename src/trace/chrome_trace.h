@@ -3,13 +3,17 @@
 // per op run on the compute thread, recomputations apart by category, DTE's copies (swaps,
 // moves) on a copy thread, counter tracks
 // ("ph":"C") of each region's allocated bytes at every allocation and free, the budget
-// m*, and DTE's eviction totals, and an instant event at each iteration mark. Written to
+// m*, DTE's eviction totals and the compute region's tensors by kind ("tensors":
+// persistent, transient, swapped, dropped; what mtc-memplot draws), and an instant event
+// at each iteration mark. Written to
 // PATH.partial, renamed to PATH by close(). The executor feeds it (mtc-train
 // --chrome_trace; docs/metrics.md).
 #pragma once
 
 #include <chrono>
 #include <cstdio>
+#include <initializer_list>
+#include <utility>
 #include <memory>
 #include <string>
 
@@ -30,6 +34,8 @@ class ChromeTrace {
   void span(const std::string& name, const char* cat, Clock::time_point start, double us, int tid = 1);
   // counter: track `name`'s series `series` is `value` from now on.
   void counter(const char* name, const char* series, double value);
+  // counters: several series of track `name` at once (one event).
+  void counters(const char* name, std::initializer_list<std::pair<const char*, double>> series);
   // instant: a mark across the whole timeline (an iteration's start).
   void instant(const std::string& name);
   // close: ends the JSON and renames PATH.partial to PATH; later events are dropped.
