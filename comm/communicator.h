@@ -19,6 +19,7 @@
 // counts per rank, blocks packed in rank order).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -52,6 +53,10 @@ class Work {
   // seconds: how long the collective ran on its queue, from its start (after the work
   // queued before it) to its end; valid after wait().
   virtual double seconds() const = 0;
+  // interval: when it started and ended on its queue, on the host's steady clock; valid
+  // after wait(). False where a backend cannot say (nccl: the time is the device's).
+  using TimePoint = std::chrono::steady_clock::time_point;
+  virtual bool interval(TimePoint* start, TimePoint* end) const { return false; }
 };
 
 struct CommOptions {

@@ -26,11 +26,23 @@ double HostWork::seconds() const {
   return seconds_;
 }
 
-void HostWork::finish(absl::Status s, double seconds) {
+bool HostWork::interval(TimePoint* start, TimePoint* end) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!timed_) return false;
+  *start = start_;
+  *end = end_;
+  return true;
+}
+
+void HostWork::finish(absl::Status s, TimePoint start) {
+  const TimePoint end = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = std::move(s);
-    seconds_ = seconds;
+    seconds_ = std::chrono::duration<double>(end - start).count();
+    start_ = start;
+    end_ = end;
+    timed_ = true;
     done_ = true;
   }
   cv_.notify_all();
@@ -94,8 +106,7 @@ std::shared_ptr<Work> HostQueue::issue(Call c) {
     const auto start = std::chrono::steady_clock::now();
     absl::Status s = check_on_ ? check_call(check_.get(), c, local, rank_, world_) : absl::OkStatus();
     if (s.ok()) s = run_(c);
-    work->finish(std::move(s),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    work->finish(std::move(s), start);
   });
   return work;
 }
@@ -105,7 +116,7 @@ absl::Status HostQueue::run(std::function<absl::Status()> task) {
   thread_.post([work, task = std::move(task)] {
     const auto start = std::chrono::steady_clock::now();
     absl::Status s = task();
-    work->finish(std::move(s), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    work->finish(std::move(s), start);
   });
   return work->wait();
 }

@@ -128,7 +128,9 @@ class HostWork final : public Work {
   absl::Status wait() override;
   bool done() override;
   double seconds() const override;
-  void finish(absl::Status s, double seconds);
+  bool interval(TimePoint* start, TimePoint* end) const override;
+  // finish: the collective ran from `start` to now with status `s`.
+  void finish(absl::Status s, TimePoint start);
 
  private:
   mutable std::mutex mu_;
@@ -136,6 +138,8 @@ class HostWork final : public Work {
   bool done_ = false;
   absl::Status status_;
   double seconds_ = 0;
+  TimePoint start_{}, end_{};
+  bool timed_ = false;  // finished by a run (not failed up front)
 };
 
 // CommThread: runs posted tasks one at a time in FIFO order on a thread of its own. The

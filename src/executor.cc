@@ -42,6 +42,10 @@ class ScratchContext final : public KernelContext {
   const absl::InlinedVector<size_t, 2>& sizes() const { return sizes_; }
   Device& device() override { return ex_.device(); }
   bool recomputing() const override { return recomputing_; }
+  void comm_span(const char* name, size_t bytes, std::chrono::steady_clock::time_point start,
+                 std::chrono::steady_clock::time_point end) override {
+    ex_.comm_span(name, bytes, start, end);
+  }
 
  private:
   Executor& ex_;
@@ -126,6 +130,13 @@ void Executor::chrome_tensors() {
                                 {"transient", static_cast<double>(allocated - std::min(allocated, t.persistent))},
                                 {"swapped", static_cast<double>(t.swapped)},
                                 {"dropped", static_cast<double>(t.dropped)}});
+}
+
+void Executor::comm_span(const char* name, size_t bytes, std::chrono::steady_clock::time_point start,
+                         std::chrono::steady_clock::time_point end) {
+  if (!chrome_) return;
+  chrome_->span(absl::StrCat(name, " ", alloc::format_bytes(bytes)), "comm", start,
+                std::chrono::duration<double, std::micro>(end - start).count(), 3);
 }
 
 absl::Status Executor::close_chrome() {

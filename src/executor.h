@@ -8,6 +8,7 @@
 // holding the interpreter's sync lock) touches it.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -81,6 +82,9 @@ class Executor final : private evict::Host {
   // which docs/design.md keeps packed at the region's low end.
   absl::StatusOr<alloc::Block> allocate(size_t bytes, const std::function<std::string()>& who,
                                         bool lowest = false, Request request = Request::kOther);
+  // comm_span: a collective's run on the Chrome trace's comm track (KernelContext::comm_span).
+  void comm_span(const char* name, size_t bytes, std::chrono::steady_clock::time_point start,
+                 std::chrono::steady_clock::time_point end);
   // free_compute: returns a block to the compute region (and tells TMA).
   void free_compute(alloc::Block b) override;
   // tma_stats: TMA's figures (all zero when TMA is off).

@@ -8,6 +8,7 @@
 // device itself, so the CUDA kernels slot in beside the CPU ones.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -55,6 +56,10 @@ class KernelContext {
   // recomputing: the op runs again to regenerate an evicted output (DTE). A kernel that
   // mutates inputs must then leave them alone; its outputs must come out bit-identical.
   virtual bool recomputing() const { return false; }
+  // comm_span: a collective this op issued ran on its communicator's queue from `start`
+  // to `end` (steady clock), `bytes` of this rank's data; the Chrome trace's comm track.
+  virtual void comm_span(const char* name, size_t bytes, std::chrono::steady_clock::time_point start,
+                         std::chrono::steady_clock::time_point end) {}
 };
 
 struct KernelArgs {

@@ -66,6 +66,10 @@ endforeach()
 add_test(NAME resume_np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resume_np2.sh $<TARGET_FILE:mtc-train>
                                  $<TARGET_FILE:mtc-ckpt> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(resume_np2 PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
+# chrome_trace_np2.sh: each rank's Chrome trace, its collectives on the comm track, drawn by mtc-memplot.
+add_test(NAME chrome_trace_np2 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/chrome_trace_np2.sh $<TARGET_FILE:mtc-train>
+                                       $<TARGET_FILE:mtc-memplot> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(chrome_trace_np2 PROPERTIES ENVIRONMENT "${MTC_MPI_ENV}" TIMEOUT 600)
 foreach(model spos moe_gpt)
   add_test(NAME dynamic_dp_${model} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dynamic_dp.sh $<TARGET_FILE:mtc-train>
                                          ${MPIEXEC_EXECUTABLE} ${model})

@@ -13,6 +13,13 @@
 
 namespace mtc::dist {
 
+absl::Status wait(comm::Work& w, const char* name, size_t bytes, KernelContext& ctx) {
+  absl::Status s = w.wait();
+  comm::Work::TimePoint start, end;
+  if (w.interval(&start, &end)) ctx.comm_span(name, bytes, start, end);
+  return s;
+}
+
 comm::ReduceOp to_comm(Reduce r) {
   switch (r) {
     case Reduce::kSum:

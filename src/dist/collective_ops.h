@@ -20,6 +20,11 @@ namespace mtc::dist {
 comm::ReduceOp to_comm(Reduce r);
 absl::StatusOr<comm::DataType> to_comm(DType t);
 
+// wait: waits for `w`, a collective named `name` over `bytes` of this rank's data, and
+// gives its run on the communicator's queue to the kernel's context (the Chrome trace's
+// comm track) when the backend can say when that was.
+absl::Status wait(comm::Work& w, const char* name, size_t bytes, KernelContext& ctx);
+
 // CollectiveOp: what every collective op shares: its communicator.
 struct CollectiveOp : OpDef {
   explicit CollectiveOp(CommPtr c) : comm(std::move(c)) {}

@@ -39,6 +39,7 @@ absl::StatusOr<std::shared_ptr<ChromeTrace>> ChromeTrace::open(const std::string
   t->event(absl::StrFormat(R"({"name":"process_name","ph":"M","pid":%d,"args":{"name":"mtc rank %d"}})", pid, pid));
   t->event(absl::StrFormat(R"({"name":"thread_name","ph":"M","pid":%d,"tid":1,"args":{"name":"compute"}})", pid));
   t->event(absl::StrFormat(R"({"name":"thread_name","ph":"M","pid":%d,"tid":2,"args":{"name":"copy"}})", pid));
+  t->event(absl::StrFormat(R"({"name":"thread_name","ph":"M","pid":%d,"tid":3,"args":{"name":"comm"}})", pid));
   return t;
 }
 

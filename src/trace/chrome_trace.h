@@ -1,7 +1,7 @@
 // ChromeTrace: a run's timeline in the Chrome trace event format (JSON: {"traceEvents":
 // [...]}), which Perfetto (ui.perfetto.dev) and chrome://tracing open: a span ("ph":"X")
 // per op run on the compute thread, recomputations apart by category, DTE's copies (swaps,
-// moves) on a copy thread, counter tracks
+// moves) on a copy thread, the collectives on a comm thread, counter tracks
 // ("ph":"C") of each region's allocated bytes at every allocation and free, the budget
 // m*, DTE's eviction totals and the compute region's tensors by kind ("tensors":
 // persistent, transient, swapped, dropped; what mtc-memplot draws), and an instant event
@@ -30,7 +30,8 @@ class ChromeTrace {
   ~ChromeTrace();  // an unclosed trace stays PATH.partial
 
   // span: `name` ran from `start` for `us` microseconds on thread `tid`: 1 compute (cat
-  // "op" or "recompute"), 2 copy (DTE's swaps and moves, cat "copy").
+  // "op" or "recompute"), 2 copy (DTE's swaps and moves, cat "copy"), 3 comm (the
+  // collectives, cat "comm", as they ran on the communicator's queue).
   void span(const std::string& name, const char* cat, Clock::time_point start, double us, int tid = 1);
   // counter: track `name`'s series `series` is `value` from now on.
   void counter(const char* name, const char* series, double value);

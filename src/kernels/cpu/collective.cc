@@ -29,19 +29,23 @@ absl::StatusOr<comm::DataType> type_of(const TensorView& v) { return dist::to_co
 absl::Status all_reduce(const dist::AllReduceOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
-  return op.comm->all_reduce(a.in[0].data, a.out[0].data, a.in[0].numel(), t, dist::to_comm(op.reduce))->wait();
+  return dist::wait(*op.comm->all_reduce(a.in[0].data, a.out[0].data, a.in[0].numel(), t, dist::to_comm(op.reduce)),
+                    "all_reduce", a.in[0].bytes(), a.ctx);
 }
 
 absl::Status all_gather(const dist::AllGatherOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
-  return op.comm->all_gather(a.in[0].data, a.out[0].data, a.in[0].numel(), t)->wait();
+  return dist::wait(*op.comm->all_gather(a.in[0].data, a.out[0].data, a.in[0].numel(), t), "all_gather",
+                    a.in[0].bytes(), a.ctx);
 }
 
 absl::Status reduce_scatter(const dist::ReduceScatterOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
-  return op.comm->reduce_scatter(a.in[0].data, a.out[0].data, a.out[0].numel(), t, dist::to_comm(op.reduce))->wait();
+  return dist::wait(
+      *op.comm->reduce_scatter(a.in[0].data, a.out[0].data, a.out[0].numel(), t, dist::to_comm(op.reduce)),
+      "reduce_scatter", a.in[0].bytes(), a.ctx);
 }
 
 absl::Status all_to_all(const dist::AllToAllOp& op, const KernelArgs& a) {
@@ -49,27 +53,33 @@ absl::Status all_to_all(const dist::AllToAllOp& op, const KernelArgs& a) {
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
   const int p = op.comm->world_size();
   if (op.send_rows.empty()) {
-    return op.comm->all_to_all(a.in[0].data, a.out[0].data, a.in[0].numel() / p, t)->wait();
+    return dist::wait(*op.comm->all_to_all(a.in[0].data, a.out[0].data, a.in[0].numel() / p, t), "all_to_all",
+                      a.in[0].bytes(), a.ctx);
   }
   std::vector<size_t> send, recv;
   op.element_counts(a.in[0], a.out[0], send, recv);
-  return op.comm->all_to_all_v(a.in[0].data, send, a.out[0].data, recv, t)->wait();
+  return dist::wait(*op.comm->all_to_all_v(a.in[0].data, send, a.out[0].data, recv, t), "all_to_all_v",
+                    a.in[0].bytes(), a.ctx);
 }
 
 absl::Status broadcast(const dist::BroadcastOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
   if (op.comm->rank() == op.root) std::memcpy(a.out[0].data, a.in[0].data, a.in[0].bytes());
-  return op.comm->broadcast(a.out[0].data, a.out[0].numel(), t, op.root)->wait();
+  return dist::wait(*op.comm->broadcast(a.out[0].data, a.out[0].numel(), t, op.root), "broadcast", a.out[0].bytes(),
+                    a.ctx);
 }
 
 absl::Status broadcast_in_place(const dist::BroadcastInPlaceOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
-  return op.comm->broadcast(a.in[0].data, a.in[0].numel(), t, op.root)->wait();
+  return dist::wait(*op.comm->broadcast(a.in[0].data, a.in[0].numel(), t, op.root), "broadcast", a.in[0].bytes(),
+                    a.ctx);
 }
 
-absl::Status barrier(const dist::BarrierOp& op, const KernelArgs&) { return op.comm->barrier()->wait(); }
+absl::Status barrier(const dist::BarrierOp& op, const KernelArgs& a) {
+  return dist::wait(*op.comm->barrier(), "barrier", 0, a.ctx);
+}
 
 absl::Status max_grad_mask(const dist::MaxGradMaskOp&, const KernelArgs& a) {
   const float* x = a.in[0].f32();
@@ -109,7 +119,7 @@ absl::Status bucket_wait(const dist::BucketWaitOp& op, const KernelArgs& a) {
   std::shared_ptr<comm::Work> work = std::move(op.state->work);
   dist::DataParallelFigures& f = *op.state->figures;
   auto t0 = std::chrono::steady_clock::now();
-  absl::Status s = work->wait();
+  absl::Status s = dist::wait(*work, "all_reduce (bucket)", a.in[0].bytes(), a.ctx);
   f.exposed_sec += since(t0);
   MTC_RETURN_IF_ERROR(s);
   f.comm_sec += work->seconds();

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "dist/collective_ops.h"
 #include "dist/convert_ops.h"
 #include "kernels/cpu/cpu_util.h"
 
@@ -37,7 +38,9 @@ absl::Status convert(const dist::ConvertOp& op, const KernelArgs& a) {
   };
   for (const auto& cp : k.pack) run(cp);
   for (const auto& z : k.zero) std::memset(k.at(Buffer::kScratch, z.at), 0, z.count * es);
-  MTC_RETURN_IF_ERROR(k.issue(c)->wait());
+  size_t sent = k.count;
+  for (size_t n : k.send_counts) sent += n;
+  MTC_RETURN_IF_ERROR(dist::wait(*k.issue(c), "convert", sent * es, a.ctx));
   for (const auto& cp : k.unpack) run(cp);
   return absl::OkStatus();
 }
