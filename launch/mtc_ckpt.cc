@@ -3,7 +3,8 @@
 // compares the two files' tensors byte for byte and prints each that differs (its largest
 // difference, for F32) or that one file lacks. Exit 0: read (and, comparing, every tensor
 // equal); 1: some tensor differs; 2: a flag or a file that cannot be read (the error
-// names it). See docs/checkpoints.md.
+// names it). A checkpoint with rank files (DTP, expert parallelism) is read whole, its
+// rank files assembled (checkpoint::read_checkpoint). See docs/checkpoints.md.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,7 +26,7 @@ constexpr int kDiffer = 1;
 [[noreturn]] void fail(int status, const std::string& what) { cli::fail("mtc-ckpt", status, what); }
 
 checkpoint::SafetensorsFile read(const std::string& path) {
-  absl::StatusOr<checkpoint::SafetensorsFile> f = checkpoint::read_safetensors(path);
+  absl::StatusOr<checkpoint::SafetensorsFile> f = checkpoint::read_checkpoint(path);
   if (!f.ok()) fail(kBadInput, std::string(f.status().message()));
   return *std::move(f);
 }

@@ -23,6 +23,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -219,7 +220,8 @@ ABSL_FLAG(std::string, fail_mode, "error",
 ABSL_FLAG(std::string, save, "",
           "write a checkpoint (safetensors: parameters, buffers, optimizer state, data position, random generators; "
           "docs/checkpoints.md) to this file at the end, and every --save_every iterations; a temporary file renamed "
-          "over it, so a kill never leaves half a file");
+          "over it, so a kill never leaves half a file; under --dtp or --moe_expert_parallel each rank also writes "
+          "FILE.iterI.rankR, its own tensors");
 ABSL_FLAG(std::string, weights, "",
           "start from the parameters and buffers of this safetensors file (PyTorch's state_dict saved with "
           "safetensors, torchvision's names for resnet50; or an mtc checkpoint), the optimizer fresh");
@@ -468,7 +470,7 @@ void read_moe_flags(Flags& f) {
 
 // read_checkpoint_flags: --save, --save_every and --resume. The file to resume from is
 // read and checked in open_input; here, what the flags alone decide: a folder to write
-// into, and the modes a checkpoint cannot hold yet.
+// into.
 void read_checkpoint_flags(Flags& f) {
   f.save = absl::GetFlag(FLAGS_save);
   f.resume = absl::GetFlag(FLAGS_resume);
@@ -486,14 +488,6 @@ void read_checkpoint_flags(Flags& f) {
   }
   if (f.fail_mode == "kill_while_saving" && f.save.empty()) {
     fail(kBadValue, "--fail_mode kill_while_saving without --save: expected --save FILE");
-  }
-  if (f.save.empty() && f.resume.empty() && f.weights.empty()) return;
-  const char* what = f.dtp != dtp::Mode::kNone || f.dtp_auto ? "--dtp: its parameters are split over the ranks"
-                     : f.moe_expert_parallel                   ? "--moe_expert_parallel: each rank holds its own experts"
-                                                               : nullptr;
-  if (what != nullptr) {
-    fail(kBadValue, absl::StrCat(!f.save.empty() ? "--save" : !f.resume.empty() ? "--resume" : "--weights", " with ", what,
-                                 ", and checkpoints hold replicated tensors only so far; expected data parallel"));
   }
 }
 
@@ -888,7 +882,7 @@ int64_t metadata_int(const Flags& f, const checkpoint::SafetensorsFile& c, const
 // read_resume: the checkpoint of --resume, checked against the flags before anything
 // starts: mtc-train's format, the same model, and iterations left to train.
 void read_resume(const Flags& f, Input& in) {
-  absl::StatusOr<checkpoint::SafetensorsFile> c = checkpoint::read_safetensors(f.resume);
+  absl::StatusOr<checkpoint::SafetensorsFile> c = checkpoint::read_checkpoint(f.resume);
   if (!c.ok()) fail(kBadValue, "--resume: " + std::string(c.status().message()));
   auto meta = [&](const std::string& key) {
     auto it = c->metadata.find(key);
@@ -987,7 +981,7 @@ Input open_input(Flags& f) {
   if (f.overfit_batches > 0) in.data = std::make_unique<data::RepeatBatches>(std::move(in.data), f.overfit_batches);
   if (!f.resume.empty()) read_resume(f, in);
   if (!f.weights.empty()) {
-    absl::StatusOr<checkpoint::SafetensorsFile> w = checkpoint::read_safetensors(f.weights);
+    absl::StatusOr<checkpoint::SafetensorsFile> w = checkpoint::read_checkpoint(f.weights);
     if (!w.ok()) fail(kBadValue, "--weights: " + std::string(w.status().message()));
     in.weights = std::move(*w);
   }
@@ -1360,10 +1354,29 @@ int run(const Flags& f, Input input) {
   };
   // untimed: this run's warm-up iterations (none left when it resumes past them).
   const int untimed = std::max(0, f.warmup - start);
-  // save: the checkpoint after iteration `it`. Every tensor is replicated (checked with
-  // the flags), so rank 0 writes them all.
+  // save: the checkpoint after iteration `it`. Under data parallel every tensor is
+  // replicated and rank 0 writes them all. When the ranks hold tensors of their own (DTP's
+  // splits, expert parallelism's experts) each rank first writes its own file, tagged
+  // with the iteration, then rank 0 the main file that names them, and each rank removes
+  // its file of the save before (docs/checkpoints.md).
+  const bool ranked = g_world.size > 1 && (group != nullptr || f.moe_expert_parallel);
+  std::set<uint64_t> own_ids;  // expert parallelism: this rank's experts' parameters
+  if (f.moe_expert_parallel && moe_gpt != nullptr) {
+    for (const auto& b : moe_gpt->moe_blocks()) {
+      for (const auto& expert : b->experts) {
+        for (const Tensor& p : expert->parameters()) own_ids.insert(p.id());
+      }
+    }
+  }
+  std::string previous_tag;  // the rank files of this run's last save
+  if (input.resume && f.save == f.resume) previous_tag = input.resume->file.metadata["rank_files_tag"];
+  auto barrier = [&](int it, const char* what) {
+    if (absl::Status s = comm->barrier()->wait(); !s.ok()) {
+      fail(kFailure, absl::StrCat("iteration ", it, ": --save: ", what, ": ", s.message()));
+    }
+  };
   auto save = [&](int it, int64_t data_position) {
-    if (g_world.rank != 0) return;
+    if (g_world.rank != 0 && !ranked) return;
     const auto t0 = std::chrono::steady_clock::now();
     std::map<std::string, std::string> m = {{"iteration", absl::StrCat(it)},
                                             {"model", f.model},
@@ -1374,19 +1387,50 @@ int run(const Flags& f, Input input) {
                                             {"world_size", absl::StrCat(g_world.size)}};
     if (spos_sampler) m["rng.spos_sampler"] = spos_sampler->state();
     if (spos_pick) m["rng.spos_pick"] = spos_pick->state();
-    absl::StatusOr<checkpoint::SafetensorsFile> c = checkpoint::collect(*model.net, opt.get(), std::move(m));
-    if (!c.ok()) iteration_failed(it, c.status());
     checkpoint::WriteOptions wo;
-    if (f.fail_mode == "kill_while_saving" && f.fail_rank == 0 && it == f.fail_iteration) {
+    if (f.fail_mode == "kill_while_saving" && f.fail_rank == g_world.rank && it == f.fail_iteration) {
       wo.halfway = [] { std::raise(SIGKILL); };
     }
     size_t bytes = 0;
-    for (const auto& [name, t] : c->tensors) bytes += t.data.size();
-    if (absl::Status s = checkpoint::write_safetensors(f.save, *c, wo); !s.ok()) {
-      fail(kFailure, absl::StrCat("iteration ", it, ": --save: ", s.message()));
+    checkpoint::SafetensorsFile main;
+    if (ranked) {
+      const std::string tag = absl::StrCat("iter", it);
+      absl::StatusOr<checkpoint::RankedState> c = checkpoint::collect_ranked(
+          *model.net, opt.get(), std::move(m), [&](const Tensor& t) { return own_ids.count(t.id()) != 0; });
+      if (!c.ok()) iteration_failed(it, c.status());
+      c->own.metadata["rank"] = absl::StrCat(g_world.rank);
+      c->own.metadata["rank_files_tag"] = tag;
+      for (const auto& [name, t] : c->own.tensors) bytes += t.data.size();
+      const std::string mine = checkpoint::rank_file(f.save, tag, g_world.rank);
+      if (absl::Status s = checkpoint::write_safetensors(mine, c->own, wo); !s.ok()) {
+        fail(kFailure, absl::StrCat("iteration ", it, ": --save: ", s.message()));
+      }
+      barrier(it, "waiting for every rank's file");
+      main = std::move(c->shared);
+      main.metadata["rank_files"] = absl::StrCat(g_world.size);
+      main.metadata["rank_files_tag"] = tag;
+      if (g_world.rank == 0) {
+        for (const auto& [name, t] : main.tensors) bytes += t.data.size();
+        if (absl::Status s = checkpoint::write_safetensors(f.save, main, wo); !s.ok()) {
+          fail(kFailure, absl::StrCat("iteration ", it, ": --save: ", s.message()));
+        }
+      }
+      barrier(it, "waiting for the main file");
+      if (!previous_tag.empty() && previous_tag != tag) {
+        std::remove(checkpoint::rank_file(f.save, previous_tag, g_world.rank).c_str());
+      }
+      previous_tag = tag;
+    } else {
+      absl::StatusOr<checkpoint::SafetensorsFile> c = checkpoint::collect(*model.net, opt.get(), std::move(m));
+      if (!c.ok()) iteration_failed(it, c.status());
+      for (const auto& [name, t] : c->tensors) bytes += t.data.size();
+      if (absl::Status s = checkpoint::write_safetensors(f.save, *c, wo); !s.ok()) {
+        fail(kFailure, absl::StrCat("iteration ", it, ": --save: ", s.message()));
+      }
     }
-    out("checkpoint: iteration %d saved to %s (%s of tensors, %.2f s)\n", it, f.save.c_str(), mib(bytes).c_str(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    out("checkpoint: iteration %d saved to %s%s (%s of tensors%s, %.2f s)\n", it, f.save.c_str(),
+        ranked ? absl::StrCat(" and ", g_world.size, " rank files").c_str() : "", mib(bytes).c_str(),
+        ranked ? " on rank 0" : "", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
 
   model.net->train();

@@ -8,7 +8,11 @@
 #include <unordered_map>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "dist/dtp.h"
 #include "mtc/checkpoint.h"
 #include "mtc/interpreter.h"
 #include "mtc/nn.h"
@@ -30,11 +34,9 @@ absl::Status bad(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "': ", what));
 }
 
-absl::StatusOr<HostTensor> to_host(const std::string& name, const Tensor& t) {
-  if (t.global()) {
-    return absl::UnimplementedError(absl::StrCat("tensor '", name,
-                                                 "' is placed across ranks (DTP): checkpoints hold whole tensors only"));
-  }
+// to_host: t's bytes on the host; for a global tensor (DTP), this rank's part of it.
+absl::StatusOr<HostTensor> to_host(const std::string& name, const Tensor& global) {
+  const Tensor t = dtp::local(global);
   HostTensor h{st_dtype(t.dtype()), t.shape(), {}};
   h.data.resize(t.desc().bytes());
   if (t.dtype() == DType::kI32) {
@@ -95,35 +97,212 @@ std::string state_name(const std::string& param, const char* kind) {
 
 }  // namespace
 
+namespace {
+
+// Where a tensor of a checkpoint goes: every rank holds it alike, this rank holds its
+// shard of it (placement split), or it is this rank's own.
+enum class Part { kShared, kSplit, kOwn };
+
+// gather_state: every tensor of `net` and `opt` with its part, into `put`.
+absl::Status gather_state(const nn::Module& net, optim::Optimizer* opt, std::map<std::string, std::string>& metadata,
+                          const std::function<bool(const Tensor&)>& own,
+                          const std::function<void(const std::string&, HostTensor, Part, const Tensor&)>& put) {
+  metadata["format"] = kFormat;
+  auto part_of = [&](const Tensor& t) {
+    // Split over a group of one rank, the local part is the whole tensor.
+    if (dtp::placement(t).split() && t.ref()->dist->group->parts > 1) return Part::kSplit;
+    return own && own(t) ? Part::kOwn : Part::kShared;
+  };
+  const auto tensors = model_tensors(net);
+  for (const auto& [name, t] : tensors) {
+    MTC_ASSIGN_OR_RETURN(HostTensor h, to_host(name, t));
+    put(name, std::move(h), part_of(t), t);
+  }
+  if (opt == nullptr) return absl::OkStatus();
+  metadata["optimizer"] = opt->name();
+  MTC_ASSIGN_OR_RETURN(std::vector<std::string> names, param_names(tensors, *opt));
+  for (size_t i = 0; i < names.size(); ++i) {
+    const optim::Optimizer::StateSlots s = opt->state_slots(i);
+    const Tensor& p = opt->params()[i];
+    const Part part = part_of(p);
+    bool any = false;
+    for (const auto& [kind, t] : s.tensors) {
+      if (!t->defined()) continue;  // not stepped yet (or off every path so far)
+      any = true;
+      const std::string key = state_name(names[i], kind);
+      MTC_ASSIGN_OR_RETURN(HostTensor h, to_host(key, *t));
+      put(key, std::move(h), part, *t);
+    }
+    if (s.step != nullptr && any) {
+      HostTensor h{"I64", Shape{}, std::string(sizeof(int64_t), '\0')};
+      std::memcpy(h.data.data(), s.step, sizeof(int64_t));
+      // The count is the same on every rank; it goes with its parameter's other state.
+      put(state_name(names[i], "step"), std::move(h), part == Part::kOwn ? Part::kOwn : Part::kShared, Tensor());
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string shape_text(const Shape& s) { return absl::StrCat("[", absl::StrJoin(s, ","), "]"); }
+
+absl::StatusOr<Shape> parse_shape(const std::string& text) {
+  absl::string_view v = text;
+  if (!absl::ConsumePrefix(&v, "[") || !absl::ConsumeSuffix(&v, "]")) return absl::InvalidArgumentError(text);
+  std::vector<int64_t> dims;
+  if (!v.empty()) {
+    for (absl::string_view d : absl::StrSplit(v, ',')) {
+      int64_t n = 0;
+      if (!absl::SimpleAtoi(d, &n) || n < 0) return absl::InvalidArgumentError(text);
+      dims.push_back(n);
+    }
+  }
+  return Shape(dims.begin(), dims.end());
+}
+
+// split_dim: d of "S(d)"; -1 for anything else.
+int split_dim(const std::string& placement) {
+  absl::string_view v = placement;
+  int d = -1;
+  if (!absl::ConsumePrefix(&v, "S(") || !absl::ConsumeSuffix(&v, ")") || !absl::SimpleAtoi(v, &d) || d < 0) return -1;
+  return d;
+}
+
+constexpr char kPlacementKey[] = "placement.";
+constexpr char kGlobalShapeKey[] = "global_shape.";
+
+// part_for: what this rank holds of the whole tensor `h` as `t` (a global tensor split
+// along d: its shard's rows; anything else: all of it).
+HostTensor part_for(const HostTensor& h, const Tensor& t) {
+  const partition::Placement p = dtp::placement(t);
+  if (!p.split()) return h;
+  const ShardContext& g = *t.ref()->dist->group;
+  const int d = p.dim;
+  const partition::Range range = partition::shard_range(h.shape[d], g.parts, g.index);
+  int64_t outer = 1, inner = dtype_bytes(h.dtype);
+  for (int k = 0; k < d; ++k) outer *= h.shape[k];
+  for (size_t k = d + 1; k < h.shape.size(); ++k) inner *= h.shape[k];
+  HostTensor out{h.dtype, h.shape, {}};
+  out.shape[d] = range.size;
+  for (int64_t o = 0; o < outer; ++o) {
+    out.data.append(h.data, static_cast<size_t>((o * h.shape[d] + range.offset) * inner),
+                    static_cast<size_t>(range.size * inner));
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<SafetensorsFile> collect(const nn::Module& net, optim::Optimizer* opt,
                                         std::map<std::string, std::string> metadata) {
   SafetensorsFile f;
+  absl::Status split;
+  MTC_RETURN_IF_ERROR(gather_state(net, opt, metadata, nullptr,
+                                   [&](const std::string& name, HostTensor h, Part part, const Tensor&) {
+                                     if (part == Part::kSplit && split.ok()) {
+                                       split = absl::FailedPreconditionError(absl::StrCat(
+                                           "tensor '", name,
+                                           "' is split across ranks (DTP): save with collect_ranked"));
+                                     }
+                                     f.tensors[name] = std::move(h);
+                                   }));
+  MTC_RETURN_IF_ERROR(split);
   f.metadata = std::move(metadata);
-  f.metadata["format"] = kFormat;
-  const auto tensors = model_tensors(net);
-  for (const auto& [name, t] : tensors) {
-    MTC_ASSIGN_OR_RETURN(f.tensors[name], to_host(name, t));
+  return f;
+}
+
+absl::StatusOr<RankedState> collect_ranked(const nn::Module& net, optim::Optimizer* opt,
+                                           std::map<std::string, std::string> metadata,
+                                           const std::function<bool(const Tensor&)>& own) {
+  RankedState r;
+  MTC_RETURN_IF_ERROR(gather_state(net, opt, metadata, own,
+                                   [&](const std::string& name, HostTensor h, Part part, const Tensor& t) {
+                                     if (part == Part::kShared) {
+                                       r.shared.tensors[name] = std::move(h);
+                                       return;
+                                     }
+                                     r.own.metadata[kPlacementKey + name] =
+                                         part == Part::kOwn ? "own" : dtp::placement(t).str();
+                                     if (part == Part::kSplit) r.own.metadata[kGlobalShapeKey + name] = shape_text(t.shape());
+                                     r.own.tensors[name] = std::move(h);
+                                   }));
+  r.own.metadata["format"] = kFormat;
+  r.shared.metadata = std::move(metadata);
+  return r;
+}
+
+std::string rank_file(const std::string& path, const std::string& tag, int rank) {
+  return absl::StrCat(path, ".", tag, ".rank", rank);
+}
+
+absl::StatusOr<SafetensorsFile> read_checkpoint(const std::string& path) {
+  MTC_ASSIGN_OR_RETURN(SafetensorsFile main, read_safetensors(path));
+  auto n_it = main.metadata.find("rank_files");
+  if (n_it == main.metadata.end()) return main;
+  int n = 0;
+  if (!absl::SimpleAtoi(n_it->second, &n) || n < 1 || n > 65536) {
+    return bad(path, absl::StrCat("rank_files '", n_it->second, "': expected a number of ranks"));
   }
-  if (opt != nullptr) {
-    f.metadata["optimizer"] = opt->name();
-    MTC_ASSIGN_OR_RETURN(std::vector<std::string> names, param_names(tensors, *opt));
-    for (size_t i = 0; i < names.size(); ++i) {
-      const optim::Optimizer::StateSlots s = opt->state_slots(i);
-      bool any = false;
-      for (const auto& [kind, t] : s.tensors) {
-        if (!t->defined()) continue;  // not stepped yet (or off every path so far)
-        any = true;
-        const std::string key = state_name(names[i], kind);
-        MTC_ASSIGN_OR_RETURN(f.tensors[key], to_host(key, *t));
+  const std::string tag = main.metadata["rank_files_tag"];
+  // Split tensors' pieces by name, in rank order.
+  std::map<std::string, std::vector<HostTensor>> pieces;
+  std::map<std::string, std::pair<int, Shape>> split;  // name -> (dim, global shape)
+  for (int r = 0; r < n; ++r) {
+    const std::string file = rank_file(path, tag, r);
+    absl::StatusOr<SafetensorsFile> f = read_safetensors(file);
+    if (!f.ok()) {
+      return bad(path, absl::StrCat("rank ", r, " of ", n, "'s file: ", f.status().message()));
+    }
+    if (f->metadata["rank"] != absl::StrCat(r) || f->metadata["rank_files_tag"] != tag) {
+      return bad(file, absl::StrCat("it is rank ", f->metadata["rank"], "'s file of save '",
+                                    f->metadata["rank_files_tag"], "': expected rank ", r, "'s of save '", tag, "'"));
+    }
+    for (auto& [name, h] : f->tensors) {
+      const std::string placement = f->metadata[kPlacementKey + name];
+      if (placement == "own") {
+        if (main.tensors.count(name) != 0) return bad(file, absl::StrCat("tensor '", name, "' is in two files"));
+        main.metadata[kPlacementKey + name] = "own";
+        main.tensors[name] = std::move(h);
+        continue;
       }
-      if (s.step != nullptr && any) {
-        HostTensor h{"I64", Shape{}, std::string(sizeof(int64_t), '\0')};
-        std::memcpy(h.data.data(), s.step, sizeof(int64_t));
-        f.tensors[state_name(names[i], "step")] = std::move(h);
+      const int d = split_dim(placement);
+      absl::StatusOr<Shape> global = parse_shape(f->metadata[kGlobalShapeKey + name]);
+      if (d < 0 || !global.ok() || d >= static_cast<int>(global->size()) || main.tensors.count(name) != 0) {
+        return bad(file, absl::StrCat("tensor '", name, "': placement '", placement, "' and global shape '",
+                                      f->metadata[kGlobalShapeKey + name],
+                                      "': expected S(d) and a shape with dimension d, for a tensor in no other file"));
       }
+      Shape want = *global;
+      const partition::Range range = partition::shard_range((*global)[d], n, r);
+      want[d] = range.size;
+      if (h.shape != want || (r > 0 && (split[name] != std::pair{d, *global} || pieces[name].size() != size_t(r)))) {
+        return bad(file, absl::StrCat("tensor '", name, "' is ", shape_str(h.shape), ": expected rank ", r, " of ",
+                                      n, "'s shard ", shape_str(want), " of ", shape_str(*global)));
+      }
+      split[name] = {d, *global};
+      pieces[name].push_back(std::move(h));
     }
   }
-  return f;
+  // Put each split tensor back together: along dimension d, the ranks' rows in turn.
+  for (auto& [name, parts] : pieces) {
+    const auto& [d, global] = split[name];
+    if (parts.size() != size_t(n)) {
+      return bad(path, absl::StrCat("tensor '", name, "' has ", parts.size(), " of ", n, " shards"));
+    }
+    const int es = dtype_bytes(parts[0].dtype);
+    int64_t outer = 1, inner = es;
+    for (int k = 0; k < d; ++k) outer *= global[k];
+    for (size_t k = d + 1; k < global.size(); ++k) inner *= global[k];
+    HostTensor whole{parts[0].dtype, global, {}};
+    whole.data.reserve(static_cast<size_t>(outer * global[d] * inner));
+    for (int64_t o = 0; o < outer; ++o) {
+      for (const HostTensor& piece : parts) {
+        const int64_t rows = piece.shape[d];
+        whole.data.append(piece.data, static_cast<size_t>(o * rows * inner), static_cast<size_t>(rows * inner));
+      }
+    }
+    main.tensors[name] = std::move(whole);
+  }
+  return main;
 }
 
 absl::Status restore(const std::string& path, const SafetensorsFile& file, nn::Module& net, optim::Optimizer* opt) {
@@ -187,19 +366,32 @@ absl::Status restore(const std::string& path, const SafetensorsFile& file, nn::M
   }
   for (const auto& [name, h] : file.tensors) {
     if (used.count(name) != 0 || absl::EndsWith(name, kTorchBatchCounter)) continue;
+    if (auto p = file.metadata.find(kPlacementKey + name); p != file.metadata.end() && p->second == "own") {
+      continue;  // another rank's own tensor (an expert this rank does not hold)
+    }
     if (opt == nullptr && absl::StartsWith(name, kOptimizerPrefix)) continue;  // weights only
     return bad(path, absl::StrCat("tensor '", name, "' (", h.dtype, " ", shape_str(h.shape),
                                   ") is not in the model", has_state ? " or its optimizer" : "",
                                   ": expected a checkpoint of this model"));
   }
-  // Checked: now write.
-  for (const auto& [name, t] : tensors) copy_(t, to_device(file.tensors.at(name), t.dtype(), false));
+  // Checked: now write (a split tensor's shard from the whole one's rows).
+  for (const auto& [name, t] : tensors) {
+    copy_(dtp::local(t), to_device(part_for(file.tensors.at(name), t), t.dtype(), false));
+  }
   if (!names.empty()) {
     for (size_t i = 0; i < names.size(); ++i) {
       const optim::Optimizer::StateSlots s = opt->state_slots(i);
+      const Tensor& p = opt->params()[i];
       for (const auto& [kind, t] : s.tensors) {
         auto it = file.tensors.find(state_name(names[i], kind));
-        *t = it == file.tensors.end() ? Tensor() : to_device(it->second, DType::kF32, /*persistent=*/true);
+        if (it == file.tensors.end()) {
+          *t = Tensor();
+        } else if (p.global()) {  // held as its parameter is (DTP): zeros_like, then this rank's part
+          *t = dtp::zeros_like(p, /*persistent=*/true);
+          copy_(dtp::local(*t), to_device(part_for(it->second, p), DType::kF32, false));
+        } else {
+          *t = to_device(it->second, DType::kF32, /*persistent=*/true);
+        }
       }
       if (s.step != nullptr) {
         auto it = file.tensors.find(state_name(names[i], "step"));

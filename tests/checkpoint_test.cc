@@ -284,6 +284,56 @@ TEST(Checkpoint, MismatchesAreRefusedAndTheModelIsUnchanged) {
 // first of each), fc; each batch norm with weight, bias, running_mean, running_var and
 // PyTorch's num_batches_tracked (I64 []). A file of them laid out by the specification
 // loads into mtc's ResNet-50 (weights only), each value where its name says.
+// Rank files (docs/checkpoints.md, "Several ranks"): a main file naming 2 rank files; a
+// tensor split along dimension 1 (5 columns: 3 on rank 0, 2 on rank 1) comes back whole,
+// columns in rank order; each rank's own tensor by its name, marked "own". A rank file
+// missing, of another save, or with a shard of the wrong shape is an error naming it.
+TEST(Checkpoint, RankFilesAreAssembledIntoTheWholeState) {
+  const std::string path = temp_path("ranked.st");
+  auto f32 = [](Shape shape, std::vector<float> v) { return HostTensor{"F32", std::move(shape), bytes_of(v)}; };
+  SafetensorsFile main;
+  main.metadata = {{"format", checkpoint::kFormat}, {"rank_files", "2"}, {"rank_files_tag", "iter7"}};
+  main.tensors["shared"] = f32({2}, {1, 2});
+  auto rank = [&](int r) {
+    SafetensorsFile f;
+    f.metadata = {{"format", checkpoint::kFormat}, {"rank", absl::StrCat(r)}, {"rank_files_tag", "iter7"},
+                  {"placement.w", "S(1)"}, {"global_shape.w", "[2,5]"}, {"placement.expert" + std::to_string(r), "own"}};
+    f.tensors["w"] = r == 0 ? f32({2, 3}, {0, 1, 2, 5, 6, 7}) : f32({2, 2}, {3, 4, 8, 9});
+    f.tensors["expert" + std::to_string(r)] = f32({1}, {10.f + r});
+    return f;
+  };
+  ASSERT_TRUE(checkpoint::write_safetensors(path, main).ok());
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(checkpoint::write_safetensors(checkpoint::rank_file(path, "iter7", r), rank(r)).ok());
+  EXPECT_EQ(checkpoint::rank_file(path, "iter7", 1), path + ".iter7.rank1");
+  absl::StatusOr<SafetensorsFile> whole = checkpoint::read_checkpoint(path);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->tensors.size(), 4u);
+  EXPECT_EQ(whole->tensors["w"].shape, (Shape{2, 5}));
+  EXPECT_EQ(whole->tensors["w"].data, bytes_of(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(whole->tensors["expert1"].data, bytes_of(std::vector<float>{11}));
+  EXPECT_EQ(whole->tensors["shared"].data, bytes_of(std::vector<float>{1, 2}));
+  EXPECT_EQ(whole->metadata["placement.expert0"], "own");
+
+  auto expect_error = [&](const std::string& what) {
+    absl::StatusOr<SafetensorsFile> r = checkpoint::read_checkpoint(path);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  };
+  SafetensorsFile bad = rank(1);
+  bad.metadata["rank_files_tag"] = "iter5";
+  ASSERT_TRUE(checkpoint::write_safetensors(checkpoint::rank_file(path, "iter7", 1), bad).ok());
+  expect_error("rank 1's file of save 'iter5': expected rank 1's of save 'iter7'");
+  bad = rank(1);
+  bad.tensors["w"] = f32({2, 3}, {3, 4, 0, 8, 9, 0});
+  ASSERT_TRUE(checkpoint::write_safetensors(checkpoint::rank_file(path, "iter7", 1), bad).ok());
+  expect_error("tensor 'w' is [2,3]: expected rank 1 of 2's shard [2,2] of [2,5]");
+  std::filesystem::remove(checkpoint::rank_file(path, "iter7", 1));
+  expect_error("rank 1 of 2's file");
+  std::filesystem::remove(path);
+  std::filesystem::remove(checkpoint::rank_file(path, "iter7", 0));
+}
+
 TEST(Checkpoint, TorchvisionResNet50NamesLoadIntoMtcsResNet50) {
   auto rt = make_test_runtime(false, size_t{1} << 30);
   models::Model m = *models::make_model("resnet50", {.num_classes = 1000});

@@ -470,13 +470,32 @@ TEST_F(MtcTrain, AKillWhileSavingLeavesThePreviousCheckpoint) {
   std::filesystem::remove_all(dir);
 }
 
+// --dtp on one rank (a group of one): every mode trains (batch norm over a "split" batch
+// that is the whole batch needs no collective), saves an ordinary checkpoint (no rank
+// files) and resumes from it, under another mode too.
+TEST_F(MtcTrain, DtpOnOneRankTrainsSavesAndResumes) {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/mtc_train_dtp1_" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string args = "--model=resnet20 --batch=4 --warmup=0 --memory=256MiB --threads=2";
+  for (const char* mode : {"p1", "p2", "p3", "p4"}) {
+    SCOPED_TRACE(mode);
+    const ToolRun r = run_tool(args + " --iterations=2 --dtp=" + mode + " --save=" + dir + "/" + mode + ".st");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/" + mode + ".st.iter2.rank0"));
+    const ToolRun back = run_tool(args + " --iterations=3 --dtp=p4 --resume=" + dir + "/" + mode + ".st");
+    ASSERT_EQ(back.status, 0) << back.err;
+    EXPECT_NE(back.out.find("resumed: " + dir + "/" + mode + ".st, iteration 2"), std::string::npos) << back.out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Checkpoint flags and files that cannot serve are refused before training, one line
 // each, status 2.
 TEST_F(MtcTrain, BadCheckpointFlagsAndFiles) {
   expect_bad("--save_every=2", "--save_every without --save: expected --save FILE");
   expect_bad("--save=/nonexistent/x.st", "folder /nonexistent does not exist");
   expect_bad("--resume=/nonexistent/x.st", "--resume: checkpoint '/nonexistent/x.st': no such file");
-  expect_bad("--save=x.st --dtp=p1", "--save with --dtp: its parameters are split over the ranks");
   const std::string dir = std::filesystem::temp_directory_path().string() + "/mtc_train_badck_" +
                           std::to_string(::getpid());
   std::filesystem::create_directories(dir);
@@ -484,6 +503,15 @@ TEST_F(MtcTrain, BadCheckpointFlagsAndFiles) {
                                  dir + "/mlp.st");
   ASSERT_EQ(saved.status, 0) << saved.err;
   expect_bad("--model=resnet20 --resume=" + dir + "/mlp.st", "a checkpoint of model mlp, and --model is resnet20");
+  {  // a main file naming rank files that are not there
+    absl::StatusOr<checkpoint::SafetensorsFile> c = checkpoint::read_safetensors(dir + "/mlp.st");
+    ASSERT_TRUE(c.ok()) << c.status();
+    c->metadata["rank_files"] = "2";
+    c->metadata["rank_files_tag"] = "iter2";
+    ASSERT_TRUE(checkpoint::write_safetensors(dir + "/ranked.st", *c).ok());
+    expect_bad("--model=mlp --iterations=4 --resume=" + dir + "/ranked.st",
+               "ranked.st': rank 0 of 2's file: checkpoint '" + dir + "/ranked.st.iter2.rank0': no such file");
+  }
   expect_bad("--model=mlp --warmup=0 --iterations=2 --resume=" + dir + "/mlp.st",
              "saved at iteration 2, and --warmup + --iterations is 2: expected more iterations");
   expect_bad("--model=mlp --optimizer=adamw --resume=" + dir + "/mlp.st",

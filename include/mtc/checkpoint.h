@@ -85,13 +85,48 @@ absl::StatusOr<SafetensorsFile> collect(const nn::Module& net, optim::Optimizer*
 
 // restore: overwrites `net`'s parameters and buffers in place (the tensors keep their
 // identity: the optimizer and data parallel hold them) and sets `opt`'s state from
-// `file`, read from `path` (named in errors). Everything is checked before anything is
+// `file`, read from `path` (named in errors). A tensor split across the ranks (DTP) takes
+// this rank's shard of the file's whole tensor; a tensor the file marks as another rank's
+// own (placement "own") is skipped when the model lacks it. Everything is checked before anything is
 // written: a tensor the model has and the file lacks, one the file has and the model
 // lacks, a shape or dtype mismatch, state for another optimizer, or a file that is not an
 // mtc checkpoint is an InvalidArgument error naming the file and the tensor, and the model
 // is unchanged. PyTorch's batch-norm counters (*.num_batches_tracked) are skipped; with
 // opt nullptr, optimizer state in the file is too (weights only).
 absl::Status restore(const std::string& path, const SafetensorsFile& file, nn::Module& net, optim::Optimizer* opt);
+
+// ---- Ranks with tensors of their own: DTP's split tensors, expert parallelism ----
+//
+// When the ranks hold different tensors, a checkpoint is a main file and a file per rank.
+// The main file (rank 0 writes it) holds what every rank holds alike, and in its metadata
+// "rank_files" = N and "rank_files_tag" = TAG; rank r's file, rank_file(path, TAG, r),
+// holds that rank's own tensors: its shard of each tensor split across the ranks, under
+// the tensor's name, with "placement.<name>" = "S(d)" and "global_shape.<name>" =
+// "[a,b,...]" in its metadata, and each tensor only it holds (an expert), with
+// "placement.<name>" = "own". Optimizer state goes where its parameter goes. A new save
+// writes new rank files (a new TAG) before the main file that names them, so a run killed
+// while saving leaves the previous main file and the rank files it names intact.
+
+// RankedState: one rank's part of a ranked checkpoint.
+struct RankedState {
+  SafetensorsFile shared;  // every rank holds these alike: rank 0 writes them, with the metadata
+  SafetensorsFile own;     // this rank's shards and own tensors
+};
+// collect_ranked: as collect, divided into the shared and the own; `own` says which of
+// the model's tensors that are not split are this rank's alone (nullptr: none).
+absl::StatusOr<RankedState> collect_ranked(const nn::Module& net, optim::Optimizer* opt,
+                                           std::map<std::string, std::string> metadata,
+                                           const std::function<bool(const Tensor&)>& own);
+// rank_file: "PATH.TAG.rankR".
+std::string rank_file(const std::string& path, const std::string& tag, int rank);
+// read_checkpoint: the whole state saved at `path`: the file itself or, when its metadata
+// names rank files, the main file with every rank's file assembled into it: own tensors
+// by name, split tensors put back together in rank order (each piece checked against its
+// share of the global shape). What restore() then takes is the whole model, whatever the
+// number of ranks that saved it; each rank takes its shard of a split tensor, and the
+// own tensors of other ranks (other experts) are skipped. A rank file that is missing,
+// from another save or malformed is an InvalidArgument error naming it and the tensor.
+absl::StatusOr<SafetensorsFile> read_checkpoint(const std::string& path);
 
 }  // namespace checkpoint
 }  // namespace mtc

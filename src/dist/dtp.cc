@@ -153,8 +153,10 @@ TensorList dispatch(std::shared_ptr<const OpDef> op, std::span<const Tensor> inp
     const bool written = (mutated >> i) & 1;
     stored.push_back(p);
     // P2: the shard, gathered for this use (below, after the placements are checked).
-    gather.push_back(d != nullptr && d->gather && p.split() && g.parts > 1 && !written);
-    if (gather.back()) {
+    // In a group of one rank the shard is the whole tensor: Replicated, with nothing to gather.
+    const bool p2_use = d != nullptr && d->gather && p.split() && !written;
+    gather.push_back(p2_use && g.parts > 1);
+    if (p2_use) {
       p = Placement::R();
       gathered = true;
     }

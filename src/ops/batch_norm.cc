@@ -131,7 +131,10 @@ std::optional<TensorList> BatchNormOp::shard_run(const partition::Signature& s, 
                                                  std::span<const Tensor> x, const ShardContext& g) const {
   // Training on a split batch: the statistics of the whole global batch, unless the group
   // asks for each rank's own (--dtp_bn_stats=shard: the op runs on the local rows as is).
-  if (!training || s.in.empty() || !s.in[0].split() || s.in[0].dim == 1 || g.shard_bn_stats) return std::nullopt;
+  // A group of one rank holds the whole batch: nothing to combine.
+  if (!training || s.in.empty() || !s.in[0].split() || s.in[0].dim == 1 || g.shard_bn_stats || g.parts == 1) {
+    return std::nullopt;
+  }
   MTC_CHECK(g.comm != nullptr, "batch_norm over a split batch needs the group's communicator");
   Tensor global = dist::all_reduce(call1(std::make_shared<dist::BnStatsOp>(), {x[0]}), dist::Reduce::kSum, g.comm);
   std::vector<Tensor> in = {x[0], x[1], x[2], global};
