@@ -22,7 +22,7 @@ mtc_install_deps() {
     return 0
   fi
   for p in "${pkgs[@]}"; do
-    dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing+=("$p")
+    grep -q '^Status: install ok installed' <<<"$(dpkg -s "$p" 2>/dev/null)" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=()

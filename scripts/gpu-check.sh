@@ -360,7 +360,7 @@ check_libraries() {
     done < <(cuda_candidates)
   fi
   if [ -d "$work/$bundle_name/compat" ] &&
-     ldd "$work"/bin/* "$work/$bundle_name"/lib/* 2>&1 | grep -q "version .GLIBCXX_.* not found"; then
+     grep -q "version .GLIBCXX_.* not found" <<<"$(ldd "$work"/bin/* "$work/$bundle_name"/lib/* 2>&1)"; then
     libdirs=$libdirs:$work/$bundle_name/compat
     export LD_LIBRARY_PATH=$libdirs
     say "- this machine's libstdc++ is older than the build's: the bundle's libstdc++ is used"
@@ -383,7 +383,8 @@ check_libraries() {
   done < <(LD_LIBRARY_PATH=$libdirs resolved $(objects))
   local first=${libdirs%%:*}
   md "| $nb others | ${first//$work/\$WORK} |"
-  if LD_LIBRARY_PATH=$libdirs ldd $(objects) 2>&1 | grep -q "version .* not found"; then
+  # ldd's output is taken whole first: `ldd | grep -q` under pipefail fails when grep stops early.
+  if grep -q "version .* not found" <<<"$(LD_LIBRARY_PATH=$libdirs ldd $(objects) 2>&1)"; then
     bad=1
     md "" "version errors:" '```'
     LD_LIBRARY_PATH=$libdirs ldd $(objects) 2>&1 | grep "version .* not found" | sort -u >>"$out"
