@@ -513,6 +513,11 @@ TEST(PlanCli, PlansWritesAndValidates) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("lower bound 96 bytes, peak 96 bytes"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("summary buffers=3 lower_bound=96 peak=96"), std::string::npos) << r.output;
+  // The process's peak resident memory, in the summary and on a line of its own.
+  const size_t rss_at = r.output.find("peak_rss_bytes=");
+  ASSERT_NE(rss_at, std::string::npos) << r.output;
+  EXPECT_GT(std::stoll(r.output.substr(rss_at + 15)), 1 << 20) << "a process holds more than 1 MiB";
+  EXPECT_NE(r.output.find("memory: peak resident "), std::string::npos) << r.output;
   absl::StatusOr<CsvProblem> back = read_minimalloc_csv(out);
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->offsets.size(), 3u);
