@@ -1042,6 +1042,121 @@ std::vector<size_t> plan_skyline(const std::vector<PlanBuffer>& buffers, size_t 
   return std::vector<size_t>(off.begin(), off.end());
 }
 
+namespace {
+
+absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, const PlanOptions& options,
+                                      Clock::time_point t0, bool search = true, bool halfway = false);
+
+// time_pieces: the buffers' indices cut where nothing is live across (every buffer ends
+// at or before the cut or starts at or after it), in time order. No buffer of one piece
+// is live with a buffer of another, so each piece can be planned alone from offset 0.
+std::vector<std::vector<int>> time_pieces(const std::vector<PlanBuffer>& buffers) {
+  std::vector<int> order(buffers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return buffers[a].lower < buffers[b].lower; });
+  std::vector<std::vector<int>> pieces;
+  int64_t reach = std::numeric_limits<int64_t>::min();  // the latest end so far
+  for (int i : order) {
+    if (pieces.empty() || buffers[i].lower >= reach) pieces.emplace_back();
+    pieces.back().push_back(i);
+    reach = std::max(reach, buffers[i].upper);
+  }
+  return pieces;
+}
+
+// Note [Time cuts]: a problem whose buffers fall into pieces with nothing live across
+// (micro-batches, iterations, phases of a program) is planned piece by piece: the peak is
+// the largest piece's, and the lower bound the largest piece's bound. A first pass gives
+// every piece the heuristics (at most a tenth of the time, shared by size); then the
+// pieces whose peak is above the goal (the lower bound, or the target when higher),
+// highest first, share what time is left, each searched once toward the goal. The
+// heuristics run on the whole problem first, and a plan at the goal from them ends it
+// there. Four of MiniMalloc's
+// instances one after another in time (1,107 buffers) stayed at 1.245x for 10 s planned
+// whole; in pieces each reaches its best known peak as it does alone.
+absl::StatusOr<PlanResult> plan_in_pieces(const std::vector<PlanBuffer>& buffers, const PlanOptions& options,
+                                          const std::vector<std::vector<int>>& pieces, Clock::time_point t0) {
+  const double limit = std::min(options.time_limit_sec, 1e7);
+  const Clock::time_point deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+  auto left = [&] { return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()); };
+  PlanResult res;
+  res.lower_bound = lower_bound(buffers);
+  const size_t goal = std::max<size_t>(res.lower_bound, options.target_peak);
+  res.offsets.assign(buffers.size(), 0);
+  struct Piece {
+    std::vector<PlanBuffer> buffers;
+    PlanResult result;
+  };
+  std::vector<Piece> parts(pieces.size());
+  // The heuristics on the whole problem too (a tenth of the time): a piece's plan alone
+  // can differ from the same method's on the whole (the paper's simulation carries its
+  // free blocks across a cut), and plan() keeps the best of every method.
+  PlanOptions first = options;
+  first.time_limit_sec = 0.1 * limit;
+  absl::StatusOr<PlanResult> whole = plan_whole(buffers, first, t0, /*search=*/false);
+  if (!whole.ok()) return whole.status();
+  if (whole->peak <= goal) return whole;  // at the goal already: nothing to split
+  auto adopt = [&](size_t k, PlanResult r) {
+    res.search_nodes += r.search_nodes;
+    if (parts[k].result.offsets.empty() || r.peak < parts[k].result.peak ||
+        (r.peak == parts[k].result.peak && r.optimal)) {
+      parts[k].result = std::move(r);
+    }
+  };
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    for (int i : pieces[k]) parts[k].buffers.push_back(buffers[i]);
+    PlanOptions o = options;
+    o.target_peak = goal;
+    o.time_limit_sec = std::min(left(), 0.1 * limit * static_cast<double>(pieces[k].size()) / buffers.size());
+    absl::StatusOr<PlanResult> r = plan_whole(parts[k].buffers, o, Clock::now(), /*search=*/false);
+    if (!r.ok()) return r.status();
+    adopt(k, *std::move(r));
+  }
+  // Then the pieces above the goal, highest peak first, share what time is left, each
+  // searched once (a search started again starts from nothing). Without a target from the
+  // caller, the search also tries capacities halfway to a piece's best plan, as it does on
+  // a whole problem, so that a piece that cannot reach the goal still comes down.
+  std::vector<size_t> high;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (parts[k].result.peak > goal && !parts[k].result.optimal) high.push_back(k);
+  }
+  std::sort(high.begin(), high.end(), [&](size_t a, size_t b) { return parts[a].result.peak > parts[b].result.peak; });
+  for (size_t j = 0; j < high.size() && left() > 0; ++j) {
+    PlanOptions o = options;
+    o.target_peak = goal;
+    o.time_limit_sec = left() / static_cast<double>(high.size() - j);
+    absl::StatusOr<PlanResult> r =
+        plan_whole(parts[high[j]].buffers, o, Clock::now(), /*search=*/true, /*halfway=*/options.target_peak == 0);
+    if (!r.ok()) return r.status();
+    adopt(high[j], *std::move(r));
+  }
+  // The whole: each piece's offsets in place; the peak, method and optimality the highest
+  // piece's (a plan cannot peak below that piece's own optimum).
+  size_t top = 0;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    for (size_t j = 0; j < pieces[k].size(); ++j) res.offsets[pieces[k][j]] = parts[k].result.offsets[j];
+    if (parts[k].result.peak > parts[top].result.peak) top = k;
+  }
+  res.peak = parts[top].result.peak;
+  res.method = parts[top].result.method;
+  res.optimal = res.peak == res.lower_bound || parts[top].result.optimal;
+  if (whole->peak < res.peak) {
+    res.offsets = std::move(whole->offsets);
+    res.peak = whole->peak;
+    res.method = whole->method;
+    res.optimal = res.peak == res.lower_bound;
+  }
+  if (absl::Status s = validate(buffers, res.offsets, options.alignment); !s.ok()) {
+    return absl::InternalError(absl::StrCat("plan: the plan in ", pieces.size(), " pieces does not validate: ",
+                                            s.message()));
+  }
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+}  // namespace
+
 absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const PlanOptions& options) {
   const Clock::time_point t0 = Clock::now();
   if (absl::Status s = check_buffers(buffers); !s.ok()) return s;
@@ -1059,6 +1174,19 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const Pl
     return absl::InvalidArgumentError(
         absl::StrCat("plan: time limit ", options.time_limit_sec, " s: expected a number of seconds >= 0"));
   }
+  if (const std::vector<std::vector<int>> pieces = time_pieces(buffers); pieces.size() > 1) {
+    return plan_in_pieces(buffers, options, pieces, t0);  // Note [Time cuts]
+  }
+  return plan_whole(buffers, options, t0);
+}
+
+namespace {
+
+// plan_whole: plan()'s methods on the whole problem (checked by plan()), from t0; the
+// heuristics alone without `search`. With `halfway` the search also tries capacities
+// halfway to the best plan when a target is given (as it always does without one).
+absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, const PlanOptions& options,
+                                      Clock::time_point t0, bool search, bool halfway) {
   const double limit = std::min(options.time_limit_sec, 1e7);
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
@@ -1111,7 +1239,7 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const Pl
   // moves the goal up. With threads > 1 the tasks are shared out, and the first plan at
   // the goal stops the others.
   bool proved = false;
-  if (!done() && n <= kSearchMaxBuffers && p.overlaps <= kSearchMaxOverlaps && Clock::now() < deadline) {
+  if (search && !done() && n <= kSearchMaxBuffers && p.overlaps <= kSearchMaxOverlaps && Clock::now() < deadline) {
     // A plan's peak is some offset (a multiple of the alignment) plus some buffer's bytes:
     // next_end(x) is the least such value above x, the next capacity worth a search.
     std::vector<uint64_t> residues;
@@ -1137,7 +1265,7 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const Pl
     uint64_t next_task = 0;
     int64_t nodes = 0;
     const int preorders = static_cast<int>(std::size(kPreorders));
-    const int per_round = options.target_peak > 0 ? preorders : 2 * preorders;
+    const int per_round = options.target_peak > 0 && !halfway ? preorders : 2 * preorders;
     const int64_t first_limit = std::max<int64_t>(2 * n, 1000);
     auto worker = [&] {
       BranchAndBound bnb(p, index, &stop);
@@ -1190,6 +1318,8 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers, const Pl
   res.seconds = seconds_since(t0);
   return res;
 }
+
+}  // namespace
 
 // ------------------------------------------------------------------------------------------
 // MiniMalloc CSV
