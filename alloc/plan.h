@@ -87,12 +87,16 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers,
 
 // The methods one by one, for tests and benchmarks, on buffers that pass check_buffers
 // and check_total_bytes.
-// Each returns offsets (valid, aligned) and runs to the end, however long that takes.
+// Each returns offsets (valid, aligned) and runs to the end, however long that takes
+// (plan_skyline: unless given a time limit).
 std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, size_t alignment = 1);
 std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers,
                                         size_t alignment = 1);
 // plan_skyline: the skyline descent with the search's first preorder (see docs/tma.md).
-std::vector<size_t> plan_skyline(const std::vector<PlanBuffer>& buffers, size_t alignment = 1);
+// Given a time limit (seconds), the buffers still unplaced when it passes go at their
+// floors in rank order: a valid plan whatever the limit (plan() keeps what it gives).
+std::vector<size_t> plan_skyline(const std::vector<PlanBuffer>& buffers, size_t alignment = 1,
+                                 double time_limit_sec = -1);
 
 // peak_of: max over i of offsets[i] + buffers[i].size (0 for none).
 size_t peak_of(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>& offsets);
