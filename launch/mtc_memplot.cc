@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <limits>
+#include <iterator>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -193,15 +193,27 @@ std::string xml_escape(const std::string& s) {
   return o;
 }
 
-// Column: what one pixel column of the plot shows.
+// Column: what one pixel column of the plot shows: the layers' bytes, bottom to top.
 struct Column {
   double persistent = 0, transient = 0, swapped = 0, dropped = 0;
   double resident() const { return persistent + transient; }
+  double layer(int i) const { return i == 0 ? persistent : i == 1 ? transient : i == 2 ? swapped : dropped; }
 };
 
+// The layers, bottom to top (Column::layer's order): the polygons and the legend.
+struct Layer {
+  const char* id;
+  const char* fill;
+  double opacity;
+  const char* label;
+};
+constexpr Layer kLayers[] = {{"persistent", "#4e79a7", 1.0, "persistent (parameters, optimizer state)"},
+                             {"transient", "#f28e2b", 1.0, "transient (activations, gradients, workspace)"},
+                             {"swapped", "#59a14f", 0.55, "evicted: swapped to host"},
+                             {"dropped", "#b07aa1", 0.55, "evicted: dropped, recomputed on use"}};
+
 struct Summary {
-  double peak_resident = 0, peak_persistent = 0, peak_evicted = 0, budget = 0;
-  int first_iteration = 0, last_iteration = 0;
+  double peak_resident = 0, peak_persistent = 0, peak_evicted = 0;
 };
 
 // plot: the SVG of the samples between t0 and t1 (microseconds).
@@ -233,15 +245,13 @@ std::string plot(const Trace& t, double t0, double t1, const std::string& title,
       put(col[c], false, last);
     }
   }
+  double ymax = t.budget;
   for (const Column& c : col) {
     sum.peak_resident = std::max(sum.peak_resident, c.resident());
     sum.peak_persistent = std::max(sum.peak_persistent, c.persistent);
     sum.peak_evicted = std::max(sum.peak_evicted, c.swapped + c.dropped);
+    ymax = std::max(ymax, c.resident() + c.swapped + c.dropped);
   }
-  double ymax = 0;
-  for (const Column& c : col) ymax = std::max(ymax, c.resident() + c.swapped + c.dropped);
-  ymax = std::max(ymax, t.budget);
-  sum.budget = t.budget;
   const ByteAxis ya = byte_axis(ymax);
   auto X = [&](double c) { return left + c * pw / columns; };
   auto Y = [&](double b) { return top + ph - b / ya.top * ph; };
@@ -262,40 +272,34 @@ std::string plot(const Trace& t, double t0, double t1, const std::string& title,
   absl::StrAppend(&svg, absl::StrFormat(R"svg(<text x="%g" y="48" font-size="13" fill="#555">%s</text>)svg", left,
                                         xml_escape(sub)),
                   "\n");
-  // Legend: one row under the subtitle.
-  struct Key {
-    const char* fill;
-    const char* label;
-    bool line;
-  };
-  const Key keys[] = {{"#4e79a7", "persistent (parameters, optimizer state)", false},
-                      {"#f28e2b", "transient (activations, gradients, workspace)", false},
-                      {"#59a14f", "evicted: swapped to host", false},
-                      {"#b07aa1", "evicted: dropped, recomputed on use", false},
-                      {"#d62728", "budget m*", true}};
-  // Laid out left to right at about 7 px per character of 12 px text, on a second row
-  // when the first is full.
+  // Legend under the subtitle: the layers, then the budget line (when there is one), left
+  // to right at about 7 px per character of 12 px text, on a second row when the first is
+  // full.
   double lx = left, ly = 68;
-  for (const Key& k : keys) {
-    if (t.budget <= 0 && k.line) continue;
-    const double w = 30 + 7.0 * std::string(k.label).size();
+  auto key = [&](const char* label, const auto& swatch) {  // swatch(x, y): its SVG
+    const double w = 30 + 7.0 * std::string(label).size();
     if (lx > left && lx + w > width - right) {
       lx = left;
       ly += 18;
     }
-    if (k.line) {
-      absl::StrAppend(&svg, absl::StrFormat(R"svg(<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="%s" stroke-width="2" stroke-dasharray="6 3"/>)svg",
-                                            lx, ly, lx + 16, ly, k.fill),
-                      "\n");
-    } else {
-      absl::StrAppend(&svg, absl::StrFormat(R"svg(<rect x="%g" y="%g" width="16" height="12" fill="%s"%s/>)svg", lx, ly - 6,
-                                            k.fill, k.fill[1] == '5' || k.fill[1] == 'b' ? R"svg( fill-opacity="0.55")svg" : ""),
-                      "\n");
-    }
+    absl::StrAppend(&svg, swatch(lx, ly), "\n");
     absl::StrAppend(&svg, absl::StrFormat(R"svg(<text x="%g" y="%g" font-size="12" fill="#333">%s</text>)svg", lx + 21,
-                                          ly + 5, k.label),
+                                          ly + 5, label),
                     "\n");
     lx += w;
+  };
+  for (const Layer& l : kLayers) {
+    key(l.label, [&](double x, double y) {
+      return absl::StrFormat(R"svg(<rect x="%g" y="%g" width="16" height="12" fill="%s" fill-opacity="%g"/>)svg", x,
+                             y - 6, l.fill, l.opacity);
+    });
+  }
+  if (t.budget > 0) {
+    key("budget m*", [](double x, double y) {
+      return absl::StrFormat(
+          R"svg(<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="#d62728" stroke-width="2" stroke-dasharray="6 3"/>)svg", x,
+          y, x + 16, y);
+    });
   }
   // Grid and y axis.
   for (double b = 0; b <= ya.top + ya.step / 2; b += ya.step) {
@@ -323,21 +327,27 @@ std::string plot(const Trace& t, double t0, double t1, const std::string& title,
   absl::StrAppend(&svg, absl::StrFormat(R"svg(<text x="%g" y="%g" font-size="13" fill="#333" text-anchor="middle">time since the run began (its ops, recomputes and copies as run)</text>)svg",
                                         left + pw / 2, height - 12.0),
                   "\n");
-  // The layers, bottom to top, each a polygon between its lower and upper edges.
-  auto layer = [&](const char* fill, double opacity, const char* id, auto lower, auto upper) {
+  // The layers, bottom to top, each a polygon between its lower edge (the layers below it,
+  // stacked) and its upper edge.
+  for (int i = 0; i < static_cast<int>(std::size(kLayers)); ++i) {
+    auto below = [&](const Column& c) {
+      double sum = 0;
+      for (int k = 0; k < i; ++k) sum += c.layer(k);
+      return sum;
+    };
     std::string pts;
-    for (int c = 0; c < columns; ++c) absl::StrAppendFormat(&pts, "%.1f,%.1f %.1f,%.1f ", X(c), Y(upper(col[c])), X(c + 1), Y(upper(col[c])));
-    for (int c = columns - 1; c >= 0; --c) absl::StrAppendFormat(&pts, "%.1f,%.1f %.1f,%.1f ", X(c + 1), Y(lower(col[c])), X(c), Y(lower(col[c])));
-    absl::StrAppend(&svg, absl::StrFormat(R"svg(<polygon id="%s" points="%s" fill="%s" fill-opacity="%g" stroke="none"/>)svg", id,
-                                          pts, fill, opacity),
+    for (int c = 0; c < columns; ++c) {
+      const double y = Y(below(col[c]) + col[c].layer(i));
+      absl::StrAppendFormat(&pts, "%.1f,%.1f %.1f,%.1f ", X(c), y, X(c + 1), y);
+    }
+    for (int c = columns - 1; c >= 0; --c) {
+      const double y = Y(below(col[c]));
+      absl::StrAppendFormat(&pts, "%.1f,%.1f %.1f,%.1f ", X(c + 1), y, X(c), y);
+    }
+    absl::StrAppend(&svg, absl::StrFormat(R"svg(<polygon id="%s" points="%s" fill="%s" fill-opacity="%g" stroke="none"/>)svg",
+                                          kLayers[i].id, pts, kLayers[i].fill, kLayers[i].opacity),
                     "\n");
-  };
-  layer("#4e79a7", 1.0, "persistent", [](const Column&) { return 0.0; }, [](const Column& c) { return c.persistent; });
-  layer("#f28e2b", 1.0, "transient", [](const Column& c) { return c.persistent; }, [](const Column& c) { return c.resident(); });
-  layer("#59a14f", 0.55, "swapped", [](const Column& c) { return c.resident(); },
-        [](const Column& c) { return c.resident() + c.swapped; });
-  layer("#b07aa1", 0.55, "dropped", [](const Column& c) { return c.resident() + c.swapped; },
-        [](const Column& c) { return c.resident() + c.swapped + c.dropped; });
+  }
   // Iteration marks: a dotted line each, labelled (every k-th when they are dense).
   std::vector<Mark> shown;
   for (const Mark& m : t.marks) {
@@ -438,7 +448,7 @@ int run() {
               out.c_str(), width, height,
               static_cast<size_t>(std::count_if(t.marks.begin(), t.marks.end(),
                                                 [&](const Mark& m) { return m.ts >= t0 && m.ts <= t1; })),
-              sum.peak_resident, sum.peak_persistent, sum.peak_evicted, sum.budget);
+              sum.peak_resident, sum.peak_persistent, sum.peak_evicted, t.budget);
   return 0;
 }
 

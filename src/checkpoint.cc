@@ -170,6 +170,18 @@ int split_dim(const std::string& placement) {
 constexpr char kPlacementKey[] = "placement.";
 constexpr char kGlobalShapeKey[] = "global_shape.";
 
+// Rows: a row-major tensor seen along dimension d as `outer` blocks, each of shape[d]
+// rows of `row_bytes` bytes; a shard along d takes a run of rows from every block.
+struct Rows {
+  int64_t outer = 1, row_bytes = 0;
+};
+Rows rows_along(const Shape& shape, int d, const std::string& dtype) {
+  Rows r{1, dtype_bytes(dtype)};
+  for (int k = 0; k < d; ++k) r.outer *= shape[k];
+  for (size_t k = d + 1; k < shape.size(); ++k) r.row_bytes *= shape[k];
+  return r;
+}
+
 // part_for: what this rank holds of the whole tensor `h` as `t` (a global tensor split
 // along d: its shard's rows; anything else: all of it).
 HostTensor part_for(const HostTensor& h, const Tensor& t) {
@@ -178,14 +190,12 @@ HostTensor part_for(const HostTensor& h, const Tensor& t) {
   const ShardContext& g = *t.ref()->dist->group;
   const int d = p.dim;
   const partition::Range range = partition::shard_range(h.shape[d], g.parts, g.index);
-  int64_t outer = 1, inner = dtype_bytes(h.dtype);
-  for (int k = 0; k < d; ++k) outer *= h.shape[k];
-  for (size_t k = d + 1; k < h.shape.size(); ++k) inner *= h.shape[k];
+  const Rows rows = rows_along(h.shape, d, h.dtype);
   HostTensor out{h.dtype, h.shape, {}};
   out.shape[d] = range.size;
-  for (int64_t o = 0; o < outer; ++o) {
-    out.data.append(h.data, static_cast<size_t>((o * h.shape[d] + range.offset) * inner),
-                    static_cast<size_t>(range.size * inner));
+  for (int64_t o = 0; o < rows.outer; ++o) {
+    out.data.append(h.data, static_cast<size_t>((o * h.shape[d] + range.offset) * rows.row_bytes),
+                    static_cast<size_t>(range.size * rows.row_bytes));
   }
   return out;
 }
@@ -288,16 +298,13 @@ absl::StatusOr<SafetensorsFile> read_checkpoint(const std::string& path) {
     if (parts.size() != size_t(n)) {
       return bad(path, absl::StrCat("tensor '", name, "' has ", parts.size(), " of ", n, " shards"));
     }
-    const int es = dtype_bytes(parts[0].dtype);
-    int64_t outer = 1, inner = es;
-    for (int k = 0; k < d; ++k) outer *= global[k];
-    for (size_t k = d + 1; k < global.size(); ++k) inner *= global[k];
+    const Rows rows = rows_along(global, d, parts[0].dtype);
     HostTensor whole{parts[0].dtype, global, {}};
-    whole.data.reserve(static_cast<size_t>(outer * global[d] * inner));
-    for (int64_t o = 0; o < outer; ++o) {
+    whole.data.reserve(static_cast<size_t>(rows.outer * global[d] * rows.row_bytes));
+    for (int64_t o = 0; o < rows.outer; ++o) {
       for (const HostTensor& piece : parts) {
-        const int64_t rows = piece.shape[d];
-        whole.data.append(piece.data, static_cast<size_t>(o * rows * inner), static_cast<size_t>(rows * inner));
+        const int64_t run = piece.shape[d] * rows.row_bytes;  // this piece's rows of block o
+        whole.data.append(piece.data, static_cast<size_t>(o * run), static_cast<size_t>(run));
       }
     }
     main.tensors[name] = std::move(whole);
