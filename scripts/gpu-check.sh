@@ -30,7 +30,9 @@
 #         8. DTP's cost model on one GPU: GPT and VGG-16 under --dtp=auto --dtp_report,
 #            predicted against measured op times (benchmarks/dtp_predict.sh --logs);
 #         9. DTE on the GPU: ResNet-50 at batch 128 under 50% and 30% of its peak (and
-#            30% with TMA): each run's peak, time against the unlimited run's, evictions.
+#            30% with TMA): each run's peak, time against the unlimited run's, evictions;
+#        10. training through NCCL on one rank: ResNet-20 with --sync_bn and the GPT under
+#            --dtp=p1, each beside the same run without NCCL.
 #       Each step runs under `timeout` and the whole run under --deadline (540 s), so it
 #       ends inside the device tool's 10 minutes even if a step hangs; a failed step is
 #       recorded and the next one runs. Full logs: OUTFILE.logs.tar.gz beside OUTFILE.
@@ -662,6 +664,44 @@ dte_gpu() {
   if [ "$all" = 1 ]; then note "dte on the gpu (resnet50, 50% and 30%)" ok; else note "dte on the gpu (resnet50, 50% and 30%)" "FAIL (a run failed or passed its budget)"; tail_log 20; fi
 }
 
+# nccl_training: training through the NCCL plug-in on one rank, each run beside the same
+# run without it: ResNet-20 with synchronised batch norm (its statistics all-reduced), and
+# the GPT under DTP's mode p1 on a group of one (its conversions and gradient reductions
+# as NCCL collectives). Judged: every run trains; the losses side by side are reported.
+nccl_training() {
+  md "" "## 10. Training through NCCL on one rank"
+  local pair name a b
+  for pair in resnet20 gpt; do
+    if [ "$pair" = resnet20 ]; then
+      a=(--model=resnet20 --batch=64 --warmup=1 --iterations=5 --seed=0 --lr=0.01 --log_every=1 --device=cuda)
+      b=(--sync_bn --comm_backend=nccl)
+    else
+      a=(--model=gpt --gpt_config=small --seq=128 --batch=8 --optimizer=adamw --lr=1e-4 --warmup=1 --iterations=5
+         --seed=0 --log_every=1 --device=cuda)
+      b=(--dtp=p1 --comm_backend=nccl)
+    fi
+    run_step "nccl-$pair-plain" 60 "$work/run/mtc-train" "${a[@]}"
+    local rc0=$rc; losses "$log" >"$work/logs/nccl-$pair-plain.losses"
+    [ "$rc" = 0 ] || tail_log 15
+    run_step "nccl-$pair" 60 "$work/run/mtc-train" "${a[@]}" "${b[@]}"
+    losses "$log" >"$work/logs/nccl-$pair.losses"
+    [ "$rc" = 0 ] || tail_log 20
+    md "" "$pair, $(show "${b[@]}") against without:" '```'
+    (cd "$work/logs" && awk '
+      function rel(a, b,   x) { x = (a - b) / (a == 0 ? 1 : a); return x < 0 ? -x : x }
+      FILENAME ~ /plain/ { p[$1] = $2; next } { q[$1] = $2; if ($1 > n) n = $1 }
+      END { printf "%5s %12s %12s %10s\n", "iter", "without", "nccl", "relative"
+            for (i = 1; i <= n; i++) printf "%5d %12s %12s %10.2e\n", i, p[i], q[i], rel(p[i], q[i]) }' \
+      "nccl-$pair-plain.losses" "nccl-$pair.losses") >>"$out" || true
+    md '```'
+    if [ "$rc0" = 0 ] && [ "$rc" = 0 ] && [ -s "$work/logs/nccl-$pair.losses" ]; then
+      note "training through nccl ($pair)" ok
+    else
+      note "training through nccl ($pair)" "FAIL (without: $(status_of "$rc0"); with: $(status_of "$rc"))"
+    fi
+  done
+}
+
 no_gpu_steps() {
   md "" "## 4. Without a GPU: what runs anyway"
   local b
@@ -729,6 +769,7 @@ check() {
       resnet50
       dtp_gpu
       dte_gpu
+      nccl_training
     else
       say "" "no GPU found: skipping the GPU steps"
       no_gpu_steps
