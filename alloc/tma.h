@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -60,6 +61,8 @@ struct TmaOptions {
   // max_plans: plans kept; a new plan past it evicts the one whose signature was seen
   // longest ago (its sightings are kept, so it is planned again on its next one).
   size_t max_plans = 32;
+  // problem_path: each plan's problem and offsets as a MiniMalloc CSV (TmaConfig's).
+  std::string problem_path;
 };
 
 struct TmaStats {
@@ -72,6 +75,8 @@ struct TmaStats {
   uint64_t cache_hits = 0;         // iterations past the warm-up whose signature had a plan
   uint64_t cache_lookups = 0;      // iterations past the warm-up
   double plan_sec = 0;             // time in the planner
+  double max_plan_sec = 0;         // the longest one plan took
+  uint64_t problem_write_failures = 0;  // plans whose problem_path file could not be written
   size_t last_plan_peak = 0, last_plan_lower_bound = 0;
   uint64_t plans_evicted = 0;      // plans dropped for max_plans (least recently seen first)
   size_t plans_cached = 0;         // plans held now
@@ -90,7 +95,12 @@ class Tma {
 
   // boundary: the current iteration ends (if one began) and the next begins. `region`
   // gives the live blocks the next plan must sit above.
-  void boundary(const Region& region);
+  //
+  // pack: when set and a plan is about to be applied whose room (the lowest free block
+  // that holds it) starts more than 1% of its peak above the bytes allocated, pack(peak)
+  // is called first, to move the live blocks below it together (Note [Packing at the
+  // boundary] in alloc/tma.cc), and the room is chosen after it.
+  void boundary(const Region& region, const std::function<void(size_t peak)>& pack = {});
   // propose: the offset (in the region) the next request should take, if the active plan
   // has one for a request of this op key and size. Call once per request, then placed().
   std::optional<size_t> propose(uint64_t op_key, size_t size);
@@ -123,6 +133,7 @@ class Tma {
   void end_iteration();
   void make_plan(uint64_t signature, const std::vector<Request>& trace);
   void choose_base(const Region& region);
+  const Plan* next_plan() const;  // the plan choose_base() applies: the last signature's, else the newest
 
   TmaOptions opts_;
   TmaStats stats_;

@@ -386,6 +386,32 @@ bool Engine::compact(size_t bytes, bool move_pinned) {
   return region.largest_free() >= need;
 }
 
+void Engine::pack_low() {
+  alloc::Region& region = host_.compute_region();
+  absl::flat_hash_map<size_t, TensorRecord*> owner;  // offset -> movable tensor
+  for (auto& [id, r] : records_) {
+    if (r.state == StorageState::kResident && !r.in_comm && r.pin_count == 0) owner.emplace(r.block.offset, &r);
+  }
+  const auto t0 = Clock::now();
+  size_t cursor = 0, copied = 0;
+  for (const alloc::Block& b : region.live_blocks()) {
+    auto it = owner.find(b.offset);
+    if (it == owner.end() || it->second->block.size != b.size || b.offset == cursor) {
+      cursor = b.offset + b.size;  // not a tensor's, or already in place
+      continue;
+    }
+    absl::StatusOr<alloc::Block> to = host_.move_compute(it->second->block, cursor);
+    if (!to.ok()) return;  // the device failed the copy: the region is as before this block
+    it->second->block = *to;
+    copied += it->second->desc.bytes();
+    cursor += b.size;
+  }
+  if (copied == 0) return;
+  ++stats_.compactions;
+  stats_.moved_bytes += copied;
+  stats_.move_us += simulate_ ? static_cast<double>(copied) / bytes_per_us_ : us_since(t0);
+}
+
 // consider: scores r and keeps it in best when the policy may evict it and it scores lower.
 void Engine::consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score) {
   CandidateStats c;

@@ -158,6 +158,12 @@ class Engine {
   // (move_pinned: pinned inputs may move too; not while a kernel runs, which holds their
   // addresses). Says whether it made such a block. Note [Compaction]
   bool compact(size_t bytes, bool move_pinned);
+  // pack_low: at an iteration boundary (no op running), slides every resident tensor of
+  // the compute region, persistent ones too, down over the free bytes below it, in
+  // address order, so that the live blocks sit together at the low end; blocks that are
+  // no tensor's stay where they are. Counted as a compaction. Note [Packing at the
+  // boundary] in alloc/tma.cc
+  void pack_low();
   HeldBytes held(std::span<TensorRecord* const> own_inputs) const;
   // tensor_bytes: TensorBytes over every record (a walk of them all).
   TensorBytes tensor_bytes() const;

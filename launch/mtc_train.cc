@@ -179,6 +179,9 @@ ABSL_FLAG(FlagText, tma_warmup, {"5"}, "TMA: iterations traced before the first 
 ABSL_FLAG(FlagText, tma_time_limit, {"1"}, "TMA: seconds the planner may take per iteration shape (> 0)");
 ABSL_FLAG(FlagText, tma_max_plans, {"32"},
           "TMA: plans kept, one per recurring iteration shape; past it the least recently seen is dropped (>= 1)");
+ABSL_FLAG(std::string, tma_problem, "",
+          "TMA: write each plan's problem (its transient buffers: id, lower, upper, size, offset) as a MiniMalloc "
+          "CSV for mtc-plan: the first plan to this file, the k-th to FILE.k (per rank: FILE.rankR)");
 ABSL_FLAG(bool, sync, false,
           "run the interpreter synchronously (each op on the calling thread; for debugging)");
 ABSL_FLAG(std::string, comm_backend, "auto",
@@ -640,9 +643,15 @@ Flags read_flags() {
   }
   // Settings that only matter with another flag: refused without it, not ignored.
   r.tma.max_plans = static_cast<int>(value_or_exit(int_flag("tma_max_plans", absl::GetFlag(FLAGS_tma_max_plans), 1)));
-  for (const char* name : {"tma_warmup", "tma_time_limit", "tma_max_plans"}) {
+  for (const char* name : {"tma_warmup", "tma_time_limit", "tma_max_plans", "tma_problem"}) {
     if (!r.tma.enabled && cli::given(name)) {
       fail(kBadValue, absl::StrCat("--", name, " without --tma: it sets TMA, which is off; expected --tma too"));
+    }
+  }
+  if (const std::string p = absl::GetFlag(FLAGS_tma_problem); !p.empty()) {
+    r.tma.problem_path = launch::per_rank_path(p, g_world);
+    for (const std::string& q : {p, r.tma.problem_path}) {
+      if (absl::Status s = cli::check_output_file("tma_problem", q); !s.ok()) fail(kBadValue, std::string(s.message()));
     }
   }
   for (const char* name : {"evict_mode", "max_recomputes_per_op"}) {
@@ -1663,7 +1672,8 @@ int run(const Flags& f, Input input) {
       "search_sec=%.4f compute_sec=%.4f swap_sec=%.4f high_water_compute_bytes=%zu tma_hits=%llu "
       "tma_misses=%llu tma_plans=%llu tma_cache_hits=%llu tma_cache_lookups=%llu ranks=%d peak_comm_bytes=%zu "
       "dp_buckets=%d dp_comm_sec=%.4f dp_exposed_sec=%.4f dp_hidden_share=%.3f compactions=%llu moved_bytes=%llu "
-      "move_sec=%.4f tma_plans_cached=%zu tma_plans_evicted=%llu tma_cache_bytes=%zu dp_reduced_bytes=%llu\n",
+      "move_sec=%.4f tma_plans_cached=%zu tma_plans_evicted=%llu tma_cache_bytes=%zu dp_reduced_bytes=%llu "
+      "tma_plan_sec=%.4f tma_max_plan_sec=%.4f tma_plan_peak=%zu tma_plan_lower_bound=%zu\n",
       f.model.c_str(), f.batch, timed_iterations, sec_per_iter, median_sec, sorted.front(),
       f.batch / sec_per_iter, loss_value, peak,
       static_cast<unsigned long long>(ev_end.evict_drop - ev_start.evict_drop),
@@ -1684,7 +1694,8 @@ int run(const Flags& f, Input input) {
       static_cast<unsigned long long>(ev_end.moved_bytes - ev_start.moved_bytes),
       (ev_end.move_us - ev_start.move_us) * 1e-6, tma_end.plans_cached,
       static_cast<unsigned long long>(tma_end.plans_evicted), tma_end.cache_bytes,
-      static_cast<unsigned long long>(dp_end.reduced_bytes - dp_start.reduced_bytes));
+      static_cast<unsigned long long>(dp_end.reduced_bytes - dp_start.reduced_bytes), tma_end.plan_sec,
+      tma_end.max_plan_sec, tma_end.last_plan_peak, tma_end.last_plan_lower_bound);
   std::fflush(stdout);
   if (absl::Status s = rt.interpreter().close_trace(); !s.ok()) fail(kFailure, std::string(s.message()));
   if (!f.runtime.trace_path.empty()) out("trace: %s\n", f.runtime.trace_path.c_str());

@@ -66,7 +66,8 @@ Executor::Executor(Device& device, ExecutorOptions o)
       tma_(o.tma.enabled ? std::make_unique<alloc::Tma>(alloc::TmaOptions{
                                .warmup_iterations = o.tma.warmup_iterations,
                                .plan_time_limit_sec = o.tma.plan_time_limit_sec,
-                               .max_plans = static_cast<size_t>(o.tma.max_plans)})
+                               .max_plans = static_cast<size_t>(o.tma.max_plans),
+                               .problem_path = o.tma.problem_path})
                          : nullptr),
       engine_(*this, evict::EngineOptions{.evict = o.evict,
                                           .simulate = o.simulate,
@@ -420,7 +421,7 @@ absl::Status Executor::execute(Mark& c) {
     const std::string_view label = c.label;
     if (label == "iteration") saw_iteration_mark_ = true;
     if (label == "iteration" || (label == "step" && !saw_iteration_mark_)) {
-      tma_->boundary(device_.compute_region());
+      tma_->boundary(device_.compute_region(), [this](size_t) { engine_.pack_low(); });
     }
   }
   return absl::OkStatus();

@@ -266,7 +266,7 @@ absl::StatusOr<TmaFigures> Interpreter::tma_stats() {
                             const alloc::TmaStats s = ex.tma_stats();
                             t = TmaFigures{s.iterations, s.planned_iterations, s.hits, s.misses,
                                            s.plans, s.plan_failures, s.cache_hits, s.cache_lookups,
-                                           s.plan_sec, s.last_plan_peak, s.last_plan_lower_bound,
+                                           s.plan_sec, s.max_plan_sec, s.last_plan_peak, s.last_plan_lower_bound,
                                            s.plans_evicted, s.plans_cached, s.cache_bytes};
                           },
                           &done}});

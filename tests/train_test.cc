@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "alloc/plan.h"
 #include "gtest/gtest.h"
 #include "mtc/checkpoint.h"
 #include "mtc/data.h"
@@ -488,6 +489,57 @@ TEST_F(MtcTrain, DtpOnOneRankTrainsSavesAndResumes) {
     EXPECT_NE(back.out.find("resumed: " + dir + "/" + mode + ".st, iteration 2"), std::string::npos) << back.out;
   }
   std::filesystem::remove_all(dir);
+}
+
+// summary_value: KEY=value of the summary line in `out`, as a number (-1: absent).
+double summary_value(const std::string& out, const std::string& key) {
+  const size_t line = out.rfind("summary ");
+  if (line == std::string::npos) return -1;
+  const size_t at = out.find(" " + key + "=", line);
+  if (at == std::string::npos) return -1;
+  return std::strtod(out.c_str() + at + key.size() + 2, nullptr);
+}
+
+// TMA slides the tensors that outlived the traced iterations together below its plan
+// (Note [Packing at the boundary] in alloc/tma.cc): a 24-layer GPT whose warm-up leaves its
+// optimizer state in the transients' holes keeps a high water 2.5% above its peak of live
+// bytes without TMA, and reaches the peak with it, bit for bit the same losses. And
+// --tma_problem writes the plan's problem, which reads back as the plan the summary names.
+TEST_F(MtcTrain, TmaPacksTheLiveTensorsBelowItsPlanAndWritesItsProblem) {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/mtc_train_tma_" +
+                          std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string args =
+      "--model=gpt --layers=24 --hidden=32 --heads=4 --seq=32 --batch=4 --warmup=3 --iterations=1 --threads=2";
+  const ToolRun off = run_tool(args);
+  ASSERT_EQ(off.status, 0) << off.err;
+  const ToolRun on = run_tool(args + " --tma --tma_warmup=2 --tma_problem=" + dir + "/plan.csv");
+  ASSERT_EQ(on.status, 0) << on.err;
+  const double peak_off = summary_value(off.out, "peak_compute_bytes");
+  const double hw_off = summary_value(off.out, "high_water_compute_bytes");
+  const double peak = summary_value(on.out, "peak_compute_bytes");
+  const double hw = summary_value(on.out, "high_water_compute_bytes");
+  std::printf("  without TMA: high water %.0f, peak %.0f (%.4fx); with: %.0f, %.0f (%.4fx), %g compactions\n", hw_off,
+              peak_off, hw_off / peak_off, hw, peak, hw / peak, summary_value(on.out, "compactions"));
+  EXPECT_GT(hw_off, 1.01 * peak_off) << "the case no longer needs packing: pick another";
+  EXPECT_LE(hw, 1.001 * peak);
+  EXPECT_GE(summary_value(on.out, "compactions"), 1);
+  EXPECT_EQ(summary_value(on.out, "final_loss"), summary_value(off.out, "final_loss"));
+  EXPECT_EQ(summary_value(on.out, "tma_plans"), 1);
+  EXPECT_GT(summary_value(on.out, "tma_max_plan_sec"), 0);
+  absl::StatusOr<alloc::CsvProblem> p = alloc::read_minimalloc_csv(dir + "/plan.csv");
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_FALSE(p->buffers.empty());
+  ASSERT_EQ(p->offsets.size(), p->buffers.size());
+  EXPECT_TRUE(alloc::validate(p->buffers, p->offsets, 256).ok());
+  size_t top = 0;
+  for (size_t i = 0; i < p->buffers.size(); ++i) top = std::max(top, p->offsets[i] + p->buffers[i].size);
+  EXPECT_EQ(static_cast<double>(top), summary_value(on.out, "tma_plan_peak"));
+  EXPECT_EQ(static_cast<double>(alloc::lower_bound(p->buffers)), summary_value(on.out, "tma_plan_lower_bound"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/plan.csv.2")) << "one plan, one file";
+  std::filesystem::remove_all(dir);
+  expect_bad("--tma_problem=" + dir + "/p.csv", "--tma_problem without --tma");
+  expect_bad("--tma --tma_problem=" + std::filesystem::temp_directory_path().string(), "is a directory");
 }
 
 // Checkpoint flags and files that cannot serve are refused before training, one line

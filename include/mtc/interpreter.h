@@ -41,6 +41,10 @@ struct TmaConfig {
   int warmup_iterations = 5;         // iterations traced before the first plan
   double plan_time_limit_sec = 1.0;  // the planner's limit per signature
   int max_plans = 32;                // plans kept; past it the least recently seen goes
+  // problem_path: when set, each plan's problem (its transient buffers) and the offsets
+  // planned for them are written there as a MiniMalloc CSV, for mtc-plan and the planner's
+  // benchmarks: the first plan to PATH, the k-th to PATH.k (mtc-train --tma_problem).
+  std::string problem_path;
 };
 
 // TmaFigures: what TMA has done since the interpreter started.
@@ -50,6 +54,7 @@ struct TmaFigures {
   uint64_t plans = 0, plan_failures = 0;   // plans made; iterations whose plan fitted no free block whole
   uint64_t cache_hits = 0, cache_lookups = 0;  // iterations after the warm-up
   double plan_sec = 0;
+  double max_plan_sec = 0;  // the longest one plan took
   size_t last_plan_peak = 0, last_plan_lower_bound = 0;
   uint64_t plans_evicted = 0;  // for TmaConfig::max_plans, least recently seen first
   size_t plans_cached = 0;     // plans held now
