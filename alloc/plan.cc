@@ -26,7 +26,9 @@
 #include <limits>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <queue>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -48,17 +50,48 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kUnplaced = std::numeric_limits<uint64_t>::max();  // offset of none yet
 
 // Past these the search is not run (the heuristics' plan is kept): the search keeps a list
-// of the buffers each buffer overlaps, and recurses once per buffer.
+// of the buffers each buffer overlaps (8 bytes a pair: 16 million pairs are 128 MB), and
+// recurses once per buffer.
 constexpr int kSearchMaxBuffers = 20000;
-constexpr uint64_t kSearchMaxOverlaps = 8'000'000;  // pairs of buffers live at once
-// Measured costs of the skyline and greedy by size per pair of buffers live at once
-// (nanoseconds, on the development machine); plan() skips them when they cannot finish.
-constexpr double kSkylineNsPerOverlap = 200;
-constexpr double kGreedyNsPerOverlap = 100;
+constexpr uint64_t kSearchMaxOverlaps = 16'000'000;  // pairs of buffers live at once
+// Local improvement runs on problems of at least this many buffers (below, the search).
+constexpr int kImproveMinBuffers = 1000;
+
+// Note [Time by progress]
+// The heuristics and the search's index cost about one step per pair of buffers live at
+// once, but the cost of a pair varies fivefold between traces (greedy by size: 48 ns a pair
+// on micro-batches of a 48-layer GPT, 85 ns on tma_plan_bench's trace; the skyline 50-200
+// ns), so a fixed estimate either skipped a method that would have finished (the skyline
+// on a 62,000-buffer trace: estimated 12 s, it took 6) or let one run past the limit (the
+// search's index, 0.19 s past a 1 s limit on 11,514 buffers). Each now measures its own
+// rate: past a sixteenth of its steps, it stops when that rate says it cannot finish by
+// the deadline, and the time goes to the next method.
+//
+// Pace: a method's own progress, measured (Note [Time by progress]). hopeless(done) says
+// whether a method that has done `done` of `total` steps since `start` should stop: the
+// deadline passed, or, past a sixteenth of the steps, the rate so far says it ends after
+// the deadline. A method that may not give up (the one asked for alone) passes a Pace
+// that only watches the deadline.
+struct Pace {
+  Clock::time_point start = Clock::now(), deadline = Clock::time_point::max();
+  bool may_give_up = false;
+  bool hopeless(uint64_t done, uint64_t total) const {
+    const Clock::time_point now = Clock::now();
+    if (now > deadline) return true;
+    if (!may_give_up || done < total / 16 || done == 0) return false;
+    const double spent = std::chrono::duration<double>(now - start).count();
+    const double left = std::chrono::duration<double>(deadline - now).count();
+    return spent * static_cast<double>(total - done) / static_cast<double>(done) > left;
+  }
+};
 
 // The search's preorders (see preorder()), tried in turn: each solves some of MiniMalloc's
 // benchmarks in a few thousand nodes where the others need millions (docs/tma.md).
 constexpr const char* kPreorders[] = {"TWA", "TAW", "CTA"};
+// More preorders for the skyline alone, after those (S: the earlier start first): on
+// micro-batches of vit_tiny in flight, ZS gives 1.037x where TWA gives 1.128x, and on
+// instances packed by construction SZ 1.285x where TWA gives 1.354x (tma_transformer.sh).
+constexpr const char* kSkylinePreorders[] = {"ZS", "SZ", "WS"};
 
 // The search recurses once per buffer placed (a few hundred bytes a level), so it runs on
 // threads of its own with this much stack (reserved, touched only as deep as it goes).
@@ -396,8 +429,20 @@ class PlacedIndex {
   std::vector<int> count_;  // items in the subtree
 };
 
-// greedy_by_size: empty when the deadline passed first.
-std::vector<uint64_t> greedy_by_size(const Problem& p, Clock::time_point deadline) {
+// lowest_fit: the lowest offset where `size` bytes fit among the ranges [offset, end) in
+// busy (sorted here): greedy by size's placement, and local improvement's.
+uint64_t lowest_fit(std::vector<std::pair<uint64_t, uint64_t>>& busy, uint64_t size) {
+  std::sort(busy.begin(), busy.end());
+  uint64_t at = 0;
+  for (const auto& [lo, hi] : busy) {
+    if (lo >= at + size) break;
+    at = std::max(at, hi);
+  }
+  return at;
+}
+
+// greedy_by_size: empty when the pace says it cannot finish in time.
+std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace) {
   std::vector<int> order(p.n);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -410,7 +455,7 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, Clock::time_point deadlin
   std::vector<int> stamp(p.n, -1);
   std::vector<std::pair<uint64_t, uint64_t>> busy;  // [offset, end) of overlapping placed
   for (int k = 0; k < p.n; ++k) {
-    if ((k & 255) == 255 && Clock::now() > deadline) return {};
+    if ((k & 15) == 15 && pace.hopeless(k, p.n)) return {};
     const int b = order[k];
     busy.clear();
     index.collect(p.first[b], p.last[b], [&](int o) {
@@ -418,13 +463,7 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, Clock::time_point deadlin
       stamp[o] = k;
       busy.push_back({off[o], off[o] + p.size[o]});
     });
-    std::sort(busy.begin(), busy.end());
-    uint64_t at = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (lo >= at + p.size[b]) break;
-      at = std::max(at, hi);
-    }
-    off[b] = at;
+    off[b] = lowest_fit(busy, p.size[b]);
     index.insert(b, p.first[b], p.last[b]);
   }
   return off;
@@ -475,8 +514,9 @@ class FloorTree {
 
 // skyline: at the deadline, the buffers not yet placed go at their floors in rank order
 // (valid, and quick: one range query and one raise each), so a skyline cut short still
-// gives a plan, its first part the skyline's own.
-std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, Clock::time_point deadline) {
+// gives a plan, its first part the skyline's own. Empty when the pace may give up and
+// says, before the deadline, that it cannot finish by then.
+std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, const Pace& pace) {
   FloorTree floors(p.cliques);
   std::vector<uint64_t> off(p.n, kUnplaced);
   using Entry = std::pair<uint64_t, int>;  // (floor lower bound, rank)
@@ -486,8 +526,10 @@ std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, Cl
     by_rank[rank[i]] = i;
     heap.push({0, rank[i]});
   }
+  uint64_t placed = 0;
   for (uint64_t pops = 1; !heap.empty(); ++pops) {
-    if ((pops & 1023) == 0 && Clock::now() > deadline) {
+    if ((pops & 1023) == 0 && pace.hopeless(placed, p.n)) {
+      if (Clock::now() <= pace.deadline) return {};  // it would not finish: given up early
       for (int r = 0; r < p.n; ++r) {
         const int b = by_rank[r];
         if (off[b] != kUnplaced) continue;
@@ -506,6 +548,150 @@ std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, Cl
     }
     off[b] = floor;
     floors.raise(p.first[b], p.last[b], floor + p.size[b]);
+    ++placed;
+  }
+  return off;
+}
+
+// ----------------------------------------------------------------------------------------
+// Local improvement (Note [Local improvement]).
+//
+// Note [Local improvement]
+// A heuristic's plan on a large trace is usually a few percent above the bound because of
+// gaps under the buffers at its peak. Starting from the best plan so far, each move takes
+// one buffer whose top is the peak, a window of time around its lifetime (its own,
+// stretched by up to its length on each side) and a band of height under the peak (a
+// random share, 2-60%, of it), lifts out every buffer that overlaps the window and reaches
+// into the band, and puts them back one by one, each at the lowest offset where it fits
+// among every other buffer it overlaps (the others stay where they are): largest first,
+// or in their old order of offset, or the old order with a few swapped, chosen at random.
+// The move is kept when the tops of the buffers it moved stay below the peak (the peak
+// then falls, or at least one buffer fewer reaches it) and undone otherwise. Moves repeat
+// until the deadline or the goal. Overlaps come from the greedy's segment tree over the
+// cliques; the tops from a tree of maxima over the buffers.
+class TopTree {
+ public:
+  explicit TopTree(const std::vector<uint64_t>& top) {
+    leaves_ = 1;
+    while (leaves_ < static_cast<int>(top.size())) leaves_ *= 2;
+    max_.assign(2 * leaves_, 0);
+    for (size_t i = 0; i < top.size(); ++i) max_[leaves_ + i] = top[i];
+    for (int k = leaves_ - 1; k >= 1; --k) max_[k] = std::max(max_[2 * k], max_[2 * k + 1]);
+  }
+  uint64_t max() const { return max_[1]; }
+  void set(int i, uint64_t v) {
+    int k = leaves_ + i;
+    max_[k] = v;
+    for (k /= 2; k >= 1; k /= 2) max_[k] = std::max(max_[2 * k], max_[2 * k + 1]);
+  }
+  // some_at_max: a buffer whose top is the maximum, a random one of the subtrees that hold it.
+  int some_at_max(std::mt19937_64& rng) const {
+    int k = 1;
+    while (k < leaves_) {
+      const bool l = max_[2 * k] == max_[1], r = max_[2 * k + 1] == max_[1];
+      k = 2 * k + (l && r ? static_cast<int>(rng() & 1) : r ? 1 : 0);
+    }
+    return k - leaves_;
+  }
+
+ private:
+  int leaves_ = 1;
+  std::vector<uint64_t> max_;
+};
+
+// improve: the moves until the deadline, the goal or max_moves (0: no limit) moves; the
+// moves kept are added to *moves_kept. The random choices come from `seed` alone, so with
+// max_moves and time enough the result is the same on every run.
+std::vector<uint64_t> improve(const Problem& p, std::vector<uint64_t> off, uint64_t goal, Clock::time_point deadline,
+                              uint64_t seed, int64_t max_moves, int64_t* moves_kept) {
+  std::mt19937_64 rng(seed);
+  PlacedIndex index(p.cliques);
+  std::vector<uint64_t> top(p.n);
+  for (int i = 0; i < p.n; ++i) {
+    index.insert(i, p.first[i], p.last[i]);
+    top[i] = off[i] + p.size[i];
+  }
+  TopTree tops(top);
+  std::vector<char> out(p.n, 0);   // lifted out by the move in progress
+  std::vector<int64_t> stamp(p.n, -1);  // collect() may report a buffer more than once
+  int64_t tick = 0;                      // one per collect()
+  std::vector<int> lifted;
+  std::vector<uint64_t> old;
+  std::vector<std::pair<uint64_t, uint64_t>> busy;
+  std::uniform_real_distribution<double> u(0, 1);
+  int64_t move = 0;
+  for (; Clock::now() < deadline && tops.max() > goal && (max_moves == 0 || move < max_moves); ++move) {
+    const uint64_t peak = tops.max();
+    const int b = tops.some_at_max(rng);
+    const int len = p.last[b] - p.first[b];
+    const int lo = std::max(0, p.first[b] - static_cast<int>(u(rng) * len));
+    const int hi = std::min(p.cliques, p.last[b] + static_cast<int>(u(rng) * len));
+    const uint64_t band = static_cast<uint64_t>((0.02 + 0.58 * u(rng)) * static_cast<double>(peak));
+    lifted.clear();
+    ++tick;
+    index.collect(lo, hi, [&](int v) {
+      if (stamp[v] == tick) return;
+      stamp[v] = tick;
+      if (top[v] > peak - std::min(band, peak)) lifted.push_back(v);
+    });
+    // The order they go back in.
+    const double how = u(rng);
+    if (how < 0.4) {
+      std::sort(lifted.begin(), lifted.end(), [&](int x, int y) {
+        return p.size[x] != p.size[y] ? p.size[x] > p.size[y] : p.length[x] > p.length[y];
+      });
+    } else {
+      std::sort(lifted.begin(), lifted.end(), [&](int x, int y) { return off[x] != off[y] ? off[x] < off[y] : x < y; });
+      if (how >= 0.7) {
+        for (size_t k = 0; k + 1 < lifted.size(); ++k) {
+          if (u(rng) < 0.2) std::swap(lifted[k], lifted[k + 1 + rng() % std::min<size_t>(4, lifted.size() - k - 1)]);
+        }
+      }
+    }
+    old.resize(lifted.size());
+    for (size_t k = 0; k < lifted.size(); ++k) {
+      old[k] = off[lifted[k]];
+      out[lifted[k]] = 1;
+    }
+    uint64_t worst = 0;
+    size_t placed = 0;
+    for (int v : lifted) {
+      if ((++placed & 63) == 0 && Clock::now() > deadline) {
+        worst = peak + 1;  // out of time: undone below
+        break;
+      }
+      busy.clear();
+      ++tick;
+      index.collect(p.first[v], p.last[v], [&](int w) {
+        if (w == v || out[w] || stamp[w] == tick) return;
+        stamp[w] = tick;
+        busy.push_back({off[w], off[w] + p.size[w]});
+      });
+      const uint64_t at = lowest_fit(busy, p.size[v]);
+      off[v] = at;
+      out[v] = 0;
+      worst = std::max(worst, at + p.size[v]);
+      if (worst > peak) break;  // this move cannot be kept
+    }
+    uint64_t before = 0, after = 0;
+    if (worst <= peak) {
+      for (size_t k = 0; k < lifted.size(); ++k) {
+        before += old[k] + p.size[lifted[k]];
+        after += off[lifted[k]] + p.size[lifted[k]];
+      }
+    }
+    if (worst < peak || (worst == peak && after < before)) {
+      for (int v : lifted) {
+        top[v] = off[v] + p.size[v];
+        tops.set(v, top[v]);
+      }
+      ++*moves_kept;
+    } else {
+      for (size_t k = 0; k < lifted.size(); ++k) {
+        off[lifted[k]] = old[k];
+        out[lifted[k]] = 0;
+      }
+    }
   }
   return off;
 }
@@ -530,6 +716,7 @@ std::vector<int> preorder(const Problem& p, const std::string& keys) {
       case 'C': return p.last[i] - p.first[i];
       case 'Z': return static_cast<double>(p.size[i]);
       case 'A': return static_cast<double>(p.size[i]) * static_cast<double>(p.length[i]);
+      case 'S': return -static_cast<double>(p.first[i]);
     }
     return 0;
   };
@@ -569,7 +756,8 @@ std::vector<int> preorder(const Problem& p, const std::string& keys) {
 // SearchIndex: what every search of one Problem reads and none writes: who overlaps whom,
 // each clique's members, and twins. Shared by the searches of parallel threads.
 struct SearchIndex {
-  explicit SearchIndex(const Problem& p) {
+  // complete: false when the pace gave up on building it (then nothing else is filled).
+  SearchIndex(const Problem& p, const Pace& pace) {
     // Overlap lists: pairs whose clique ranges meet, found in order of first clique.
     std::vector<int> by_first(p.n);
     std::iota(by_first.begin(), by_first.end(), 0);
@@ -577,24 +765,33 @@ struct SearchIndex {
       return p.first[a] != p.first[b] ? p.first[a] < p.first[b] : a < b;
     });
     std::vector<int> degree(p.n, 0);
-    auto for_pairs = [&](auto&& f) {
+    // Both passes count as steps of the pace: 2n.
+    auto for_pairs = [&](int pass, auto&& f) {
       for (int i = 0; i < p.n; ++i) {
+        if ((i & 255) == 255 && pace.hopeless(static_cast<uint64_t>(pass) * p.n + i, 2 * static_cast<uint64_t>(p.n))) {
+          return false;
+        }
         const int a = by_first[i];
         for (int j = i + 1; j < p.n && p.first[by_first[j]] < p.last[a]; ++j) f(a, by_first[j]);
       }
+      return true;
     };
-    for_pairs([&](int a, int b) {
-      ++degree[a];
-      ++degree[b];
-    });
+    if (!for_pairs(0, [&](int a, int b) {
+          ++degree[a];
+          ++degree[b];
+        })) {
+      return;
+    }
     adj_start.assign(p.n + 1, 0);
     for (int i = 0; i < p.n; ++i) adj_start[i + 1] = adj_start[i] + degree[i];
     adj.resize(adj_start[p.n]);
     std::vector<int64_t> fill(adj_start.begin(), adj_start.end() - 1);
-    for_pairs([&](int a, int b) {
-      adj[fill[a]++] = b;
-      adj[fill[b]++] = a;
-    });
+    if (!for_pairs(1, [&](int a, int b) {
+          adj[fill[a]++] = b;
+          adj[fill[b]++] = a;
+        })) {
+      return;
+    }
     // Members of each clique.
     member_start.assign(p.cliques + 1, 0);
     for (int i = 0; i < p.n; ++i) {
@@ -618,6 +815,7 @@ struct SearchIndex {
         it->second = i;
       }
     }
+    complete = true;
   }
 
   struct Twin {
@@ -631,6 +829,7 @@ struct SearchIndex {
     }
   };
 
+  bool complete = false;
   std::vector<int64_t> adj_start;
   std::vector<int> adj;           // the buffers each buffer overlaps
   std::vector<int64_t> member_start;
@@ -780,31 +979,41 @@ class BranchAndBound {
   // `from`: the part's buffers, or a list of them that holds every unplaced one.
   Outcome search(size_t part, uint64_t cur_off, int cur_rank, int placed, int depth, const std::vector<int>& from) {
     if (++nodes_ > node_limit_) return Outcome::kAborted;
-    if ((nodes_ & 255) == 0 && (Clock::now() > deadline_ || cancel_->load(std::memory_order_relaxed))) {
+    // A node scans the unplaced buffers of its part: past a few thousand buffers each takes
+    // a fraction of a millisecond, so the clock is read more often there.
+    if ((nodes_ & (p_.n > 2000 ? 7 : 255)) == 0 &&
+        (Clock::now() > deadline_ || cancel_->load(std::memory_order_relaxed))) {
       return Outcome::kAborted;
     }
     const Problem& p = p_;
     const int lo = parts_[part].lo, hi = parts_[part].hi;
-    // One pass over the unplaced buffers: they become this depth's list; their floors give
-    // the candidates, the least end any could take, and each clique's lowest floor.
-    std::vector<int>& alive = alive_[depth];
-    alive.resize(from.size());
-    std::vector<int>& cand = cands_[depth];
-    cand.resize(from.size());
-    size_t n_alive = 0, n_cand = 0;
+    // One pass over the unplaced buffers: the least end any could take, and each clique's
+    // lowest floor. Note [Search memory]: the unplaced buffers become this depth's own list
+    // only when they are at most half of `from`, so the lists down one branch hold at most
+    // about twice the part's buffers, not a list per depth (10,000 buffers deep, that was
+    // 400 MiB); a list that is not copied is `from` itself, scanned past its placed ones.
+    size_t n_alive = 0;
     uint64_t min_height = kUnplaced;
     std::fill(low_.begin() + lo, low_.begin() + hi, kUnplaced);
     for (int u : from) {
       if (off_[u] != kUnplaced) continue;
-      alive[n_alive++] = u;
+      ++n_alive;
       const uint64_t m = minoff_[u];
       min_height = std::min(min_height, m + p.size[u]);
-      if (m > cur_off || (m == cur_off && rank_[u] > cur_rank)) cand[n_cand++] = u;
       for (int s = p.first[u]; s < p.last[u]; ++s) low_[s] = std::min(low_[s], m);
     }
-    alive.resize(n_alive);
-    cand.resize(n_cand);
     if (n_alive == 0) return Outcome::kFound;
+    std::vector<int>& own = alive_[depth];
+    own.clear();
+    if (2 * n_alive <= from.size()) {
+      for (int u : from) {
+        if (off_[u] == kUnplaced) own.push_back(u);
+      }
+      own.shrink_to_fit();
+    } else if (own.capacity() > 0) {
+      std::vector<int>().swap(own);
+    }
+    const std::vector<int>& alive = own.empty() ? from : own;
     // Section inference: the unplaced buffers of a clique stack above their floors, so the
     // lowest floor (at least the current offset) plus their bytes must fit.
     for (int s = lo; s < hi; ++s) {
@@ -817,11 +1026,17 @@ class BranchAndBound {
         if (!stack_fits(s, cur_off)) return Outcome::kNotFound;
       }
     }
-    size_t kept = 0;
-    for (int u : cand) {
-      if (minoff_[u] < min_height && minoff_[u] + p.bytes[u] <= capacity_) cand[kept++] = u;
+    // The candidates: unplaced buffers in canonical order after the last one, below the
+    // least end any could take (dominance), fitting the capacity.
+    std::vector<int>& cand = cands_[depth];
+    cand.clear();
+    for (int u : alive) {
+      if (off_[u] != kUnplaced) continue;
+      const uint64_t m = minoff_[u];
+      if ((m > cur_off || (m == cur_off && rank_[u] > cur_rank)) && m < min_height && m + p.bytes[u] <= capacity_) {
+        cand.push_back(u);
+      }
     }
-    cand.resize(kept);
     std::sort(cand.begin(), cand.end(), [&](int a, int b) {
       return minoff_[a] != minoff_[b] ? minoff_[a] < minoff_[b] : rank_[a] < rank_[b];
     });
@@ -1042,7 +1257,7 @@ std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, siz
 
 std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers, size_t alignment) {
   const Problem p = make_problem(buffers, alignment);
-  std::vector<uint64_t> off = greedy_by_size(p, Clock::time_point::max());
+  std::vector<uint64_t> off = greedy_by_size(p, Pace{});
   return std::vector<size_t>(off.begin(), off.end());
 }
 
@@ -1053,7 +1268,20 @@ std::vector<size_t> plan_skyline(const std::vector<PlanBuffer>& buffers, size_t 
       time_limit_sec < 0 ? Clock::time_point::max()
                          : start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                                        std::min(time_limit_sec, 1e7)));
-  std::vector<uint64_t> off = skyline(p, preorder(p, kPreorders[0]), deadline);
+  std::vector<uint64_t> off = skyline(p, preorder(p, kPreorders[0]), Pace{.start = start, .deadline = deadline});
+  return std::vector<size_t>(off.begin(), off.end());
+}
+
+std::vector<size_t> plan_improved(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>& start,
+                                  size_t alignment, double time_limit_sec, int64_t max_moves, int64_t* moves_kept) {
+  const Clock::time_point t0 = Clock::now();
+  const Problem p = make_problem(buffers, alignment);
+  int64_t kept = 0;
+  std::vector<uint64_t> off = improve(p, std::vector<uint64_t>(start.begin(), start.end()), 0,
+                                      t0 + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(std::min(time_limit_sec, 1e7))),
+                                      /*seed=*/p.n, max_moves, &kept);
+  if (moves_kept != nullptr) *moves_kept = kept;
   return std::vector<size_t>(off.begin(), off.end());
 }
 
@@ -1091,8 +1319,10 @@ std::vector<std::vector<int>> time_pieces(const std::vector<PlanBuffer>& buffers
 absl::StatusOr<PlanResult> plan_in_pieces(const std::vector<PlanBuffer>& buffers, const PlanOptions& options,
                                           const std::vector<std::vector<int>>& pieces, Clock::time_point t0) {
   const double limit = std::min(options.time_limit_sec, 1e7);
+  // As in plan_whole: room for assembling and checking the whole plan after the pieces.
+  const double reserve = std::min(0.05 * limit, 6e-7 * static_cast<double>(buffers.size()));
   const Clock::time_point deadline =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   auto left = [&] { return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()); };
   // The heuristics on the whole problem first (a tenth of the time): a piece's plan alone
   // can differ from the same method's on the whole (the paper's simulation carries its
@@ -1113,6 +1343,7 @@ absl::StatusOr<PlanResult> plan_in_pieces(const std::vector<PlanBuffer>& buffers
   std::vector<Piece> parts(pieces.size());
   auto adopt = [&](size_t k, PlanResult r) {
     res.search_nodes += r.search_nodes;
+    res.improve_moves += r.improve_moves;
     if (parts[k].result.offsets.empty() || r.peak < parts[k].result.peak ||
         (r.peak == parts[k].result.peak && r.optimal)) {
       parts[k].result = std::move(r);
@@ -1202,11 +1433,14 @@ namespace {
 absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, const PlanOptions& options,
                                       Clock::time_point t0, bool search, bool halfway) {
   const double limit = std::min(options.time_limit_sec, 1e7);
+  const int n = static_cast<int>(buffers.size());
+  // The methods stop early enough for what follows them (checking the plan: about 0.3 us a
+  // buffer), at most a twentieth of the limit before it.
+  const double reserve = std::min(0.05 * limit, 3e-7 * n);
   const Clock::time_point deadline =
-      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   PlanResult res;
   res.lower_bound = lower_bound(buffers);
-  const int n = static_cast<int>(buffers.size());
   if (n == 0) {
     res.method = "none";
     res.optimal = true;
@@ -1228,26 +1462,40 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   };
   auto done = [&] { return res.peak <= goal; };
 
-  // Heuristics first, the best kept: the simulation always (O(n log n)); the skyline and
-  // greedy by size cost about a tenth of a microsecond per pair of buffers live at once,
-  // so each runs only when that estimate fits in the time left (and stops at the deadline),
-  // or is under a millisecond of the limit: a small problem gets them even when the thread
-  // lost the time left to the scheduler (found under the sanitizers on a loaded machine).
+  // Heuristics first, the best kept: the simulation always (O(n log n)); then greedy by
+  // size and the skyline, each paced by its own progress (Note [Time by progress]) and
+  // given at least a millisecond: a small problem gets them even when the thread lost the
+  // time left to the scheduler (found under the sanitizers on a loaded machine). Greedy by
+  // size, the cheaper, goes first: on tma_plan_bench's 60,000-buffer trace the skyline
+  // takes 32.5 s and greedy by size reaches 1.00001x in 12 s. Then the skyline with the
+  // other preorders, the search's and kSkylinePreorders, while time is left.
   const double floor_sec = std::min(limit, 1e-3);
-  auto affordable = [&](double ns_per_overlap) {
-    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    return p.overlaps * ns_per_overlap * 1e-9 <= std::max(left, floor_sec);
+  auto pace = [&] {
+    Pace q;
+    q.start = Clock::now();
+    q.deadline = std::max(deadline, q.start + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(floor_sec)));
+    q.may_give_up = true;
+    return q;
   };
-  // Greedy by size, the cheaper, goes before the skyline: on tma_plan_bench's 60,000-buffer
-  // trace the skyline takes 32.5 s where its estimate said 30 s fits, and ran out a 30 s
-  // limit with nothing better than the rules, while greedy by size reaches 1.00001x in 12 s.
+  auto time_left = [&] { return Clock::now() < deadline; };
   consider(simulate_rules(buffers, p.size), "rules");
-  if (!done() && affordable(kGreedyNsPerOverlap)) consider(greedy_by_size(p, deadline), "greedy");
-  if (!done() && affordable(kSkylineNsPerOverlap)) {
-    consider(skyline(p, preorder(p, kPreorders[0]), deadline), "skyline");
+  if (!done()) consider(greedy_by_size(p, pace()), "greedy");
+  for (size_t k = 0; k < std::size(kPreorders) && !done() && (k == 0 || time_left()); ++k) {
+    consider(skyline(p, preorder(p, kPreorders[k]), pace()), "skyline");
   }
-  for (size_t k = 1; k < std::size(kPreorders) && !done() && affordable(kSkylineNsPerOverlap); ++k) {
-    consider(skyline(p, preorder(p, kPreorders[k]), deadline), "skyline");
+  for (size_t k = 0; k < std::size(kSkylinePreorders) && !done() && time_left(); ++k) {
+    consider(skyline(p, preorder(p, kSkylinePreorders[k]), pace()), "skyline");
+  }
+  // Local improvement of the best plan (Note [Local improvement]), on problems too large
+  // for the search to place quickly: all the time left when the search will not run, half
+  // of it when it will.
+  const bool will_search = search && n <= kSearchMaxBuffers && p.overlaps <= kSearchMaxOverlaps;
+  if (!done() && time_left() && n >= kImproveMinBuffers) {
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point until = will_search ? now + (deadline - now) / 2 : deadline;
+    std::vector<uint64_t> from(res.offsets.begin(), res.offsets.end());
+    consider(improve(p, std::move(from), goal, until, /*seed=*/n, /*max_moves=*/0, &res.improve_moves), "improved");
   }
 
   // Then the search. Tasks come in rounds: each preorder at the goal, then (when no target
@@ -1256,7 +1504,12 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   // moves the goal up. With threads > 1 the tasks are shared out, and the first plan at
   // the goal stops the others.
   bool proved = false;
-  if (search && !done() && n <= kSearchMaxBuffers && p.overlaps <= kSearchMaxOverlaps && Clock::now() < deadline) {
+  std::optional<SearchIndex> index;  // built only when it can be built in the time left
+  if (will_search && !done() && Clock::now() < deadline) {
+    index.emplace(p, pace());
+    if (!index->complete) index.reset();
+  }
+  if (index) {
     // A plan's peak is some offset (a multiple of the alignment) plus some buffer's bytes:
     // next_end(x) is the least such value above x, the next capacity worth a search.
     std::vector<uint64_t> residues;
@@ -1273,7 +1526,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
       return best;
     };
     const uint64_t floor = std::max<uint64_t>(res.lower_bound, goal);
-    const SearchIndex index(p);
+
     std::mutex mu;  // guards everything below, and res
     std::atomic<bool> stop{false};
     uint64_t lo = floor == 0 ? 0 : next_end(floor - 1);  // capacities: real bytes
@@ -1282,10 +1535,10 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     uint64_t next_task = 0;
     int64_t nodes = 0;
     const int preorders = static_cast<int>(std::size(kPreorders));
-    const int per_round = options.target_peak > 0 && !halfway ? preorders : 2 * preorders;
+    const int per_round = options.target_peak > 0 && !halfway ? preorders : 3 * preorders;
     const int64_t first_limit = std::max<int64_t>(2 * n, 1000);
     auto worker = [&] {
-      BranchAndBound bnb(p, index, &stop);
+      BranchAndBound bnb(p, *index, &stop);
       std::vector<uint64_t> off;
       while (true) {
         uint64_t cap = 0;
@@ -1300,7 +1553,8 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
           const uint64_t task = next_task++;
           const int k = static_cast<int>(task % per_round);
           keys = kPreorders[k % preorders];
-          cap = k < preorders ? lo : lo + (hi - lo) / 2;
+          // The goal, halfway to the best plan, and an eighth of the way down from it.
+          cap = k < preorders ? lo : k < 2 * preorders ? lo + (hi - lo) / 2 : hi - std::max<uint64_t>(1, (hi - lo) / 8);
           if (cap >= hi || (k >= preorders && cap <= lo)) continue;
           node_limit = first_limit << std::min<uint64_t>(task / per_round, 40);
         }

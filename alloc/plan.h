@@ -53,10 +53,12 @@ struct PlanResult {
   size_t peak = 0;              // max over i of offsets[i] + size
   size_t lower_bound = 0;       // max over time of live bytes
   std::string method;           // which method gave the kept plan: "rules", "greedy",
-                                //   "skyline", "search" ("none" for no buffers)
+                                //   "skyline", "improved" (local improvement of the best
+                                //   of those), "search" ("none" for no buffers)
   double seconds = 0;           // wall time of plan()
   bool optimal = false;         // peak == lower_bound, or the search proved no better exists
   int64_t search_nodes = 0;     // nodes the search visited (0: it did not run)
+  int64_t improve_moves = 0;    // moves local improvement kept (0: it did not run or found none)
 };
 
 // check_buffers: InvalidArgument naming the first buffer with lower >= upper or size 0.
@@ -92,6 +94,13 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers,
 std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, size_t alignment = 1);
 std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers,
                                         size_t alignment = 1);
+// plan_improved: local improvement (Note [Local improvement] in plan.cc) of the valid plan
+// `start` for `time_limit_sec` seconds or max_moves moves (0: no limit), whichever ends
+// first; moves_kept (when given) set to the moves it kept. A valid plan whose peak is at
+// most start's; with max_moves reached first, the same plan on every run.
+std::vector<size_t> plan_improved(const std::vector<PlanBuffer>& buffers, const std::vector<size_t>& start,
+                                  size_t alignment, double time_limit_sec, int64_t max_moves = 0,
+                                  int64_t* moves_kept = nullptr);
 // plan_skyline: the skyline descent with the search's first preorder (see docs/tma.md).
 // Given a time limit (seconds), the buffers still unplaced when it passes go at their
 // floors in rank order: a valid plan whatever the limit (plan() keeps what it gives).

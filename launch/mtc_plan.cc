@@ -114,9 +114,10 @@ int run() {
   if (!valid.ok()) fail(kFailed, absl::StrCat("the ", result.method, " plan does not validate: ", valid.message()));
   const double ratio = result.lower_bound > 0 ? static_cast<double>(result.peak) / result.lower_bound : 1.0;
   const bool reached = options.target_peak == 0 || result.peak <= options.target_peak;
-  std::printf("lower bound %zu bytes, peak %zu bytes (%.4fx), method %s%s, %.3f s, %lld search nodes\n",
+  std::printf("lower bound %zu bytes, peak %zu bytes (%.4fx), method %s%s, %.3f s, %lld search nodes, %lld moves "
+              "of local improvement kept\n",
               result.lower_bound, result.peak, ratio, result.method.c_str(), result.optimal ? ", optimal" : "",
-              result.seconds, static_cast<long long>(result.search_nodes));
+              result.seconds, static_cast<long long>(result.search_nodes), static_cast<long long>(result.improve_moves));
   if (!reached) {
     std::printf("target peak %zu bytes not reached within %.3g s\n", options.target_peak, time_limit);
   }
@@ -132,10 +133,10 @@ int run() {
   const long long peak_rss = static_cast<long long>(usage.ru_maxrss) * 1024;
   std::printf("memory: peak resident %.1f MiB (this process)\n", static_cast<double>(peak_rss) / (1 << 20));
   std::printf("summary buffers=%zu lower_bound=%zu peak=%zu ratio=%.6f method=%s optimal=%d seconds=%.4f "
-              "target_peak=%zu reached=%d search_nodes=%lld peak_rss_bytes=%lld\n",
+              "target_peak=%zu reached=%d search_nodes=%lld peak_rss_bytes=%lld improve_moves=%lld\n",
               buffers.size(), result.lower_bound, result.peak, ratio, result.method.c_str(), result.optimal ? 1 : 0,
               result.seconds, options.target_peak, reached ? 1 : 0, static_cast<long long>(result.search_nodes),
-              peak_rss);
+              peak_rss, static_cast<long long>(result.improve_moves));
   return 0;
 }
 
