@@ -62,8 +62,9 @@ constexpr int kImproveMinBuffers = 1000;
 // once, but the cost of a pair varies fivefold between traces (greedy by size: 48 ns a pair
 // on micro-batches of a 48-layer GPT, 85 ns on tma_plan_bench's trace; the skyline 50-200
 // ns), so a fixed estimate either skipped a method that would have finished (the skyline
-// on a 62,000-buffer trace: estimated 12 s, it took 6) or let one run past the limit (the
-// search's index, 0.19 s past a 1 s limit on 11,514 buffers). Each now measures its own
+// on a 62,000-buffer transformer trace reached the bound in 6 s where its estimate said it
+// needed twice that) or let one run past the limit (the search's index, 0.19 s past a 1 s
+// limit on 11,514 buffers). Each now measures its own
 // rate: past a sixteenth of its steps, it stops when that rate says it cannot finish by
 // the deadline, and the time goes to the next method.
 //
@@ -512,10 +513,10 @@ class FloorTree {
   std::vector<uint64_t> max_, tag_;  // subtree max; a raise that covered the whole subtree
 };
 
-// skyline: at the deadline, the buffers not yet placed go at their floors in rank order
-// (valid, and quick: one range query and one raise each), so a skyline cut short still
-// gives a plan, its first part the skyline's own. Empty when the pace may give up and
-// says, before the deadline, that it cannot finish by then.
+// skyline: at the deadline (less the time that takes), the buffers not yet placed go at
+// their floors in rank order (valid, and quick: one range query and one raise each), so a
+// skyline cut short still gives a plan, its first part the skyline's own. Empty when the
+// pace may give up and says, before then, that it cannot finish.
 std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, const Pace& pace) {
   FloorTree floors(p.cliques);
   std::vector<uint64_t> off(p.n, kUnplaced);
@@ -528,8 +529,12 @@ std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, co
   }
   uint64_t placed = 0;
   for (uint64_t pops = 1; !heap.empty(); ++pops) {
-    if ((pops & 1023) == 0 && pace.hopeless(placed, p.n)) {
-      if (Clock::now() <= pace.deadline) return {};  // it would not finish: given up early
+    // Late: the deadline comes before the buffers left could be put at their floors (about
+    // half a microsecond each on 60,000 buffers; a microsecond is counted).
+    const bool late = (pops & 1023) == 0 &&
+                      Clock::now() + std::chrono::microseconds(p.n - placed) > pace.deadline;
+    if (!late && (pops & 1023) == 0 && pace.hopeless(placed, p.n)) return {};  // it would not finish
+    if (late) {
       for (int r = 0; r < p.n; ++r) {
         const int b = by_rank[r];
         if (off[b] != kUnplaced) continue;
@@ -566,8 +571,11 @@ std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, co
 // among every other buffer it overlaps (the others stay where they are): largest first,
 // or in their old order of offset, or the old order with a few swapped, chosen at random.
 // The move is kept when the tops of the buffers it moved stay below the peak (the peak
-// then falls, or at least one buffer fewer reaches it) and undone otherwise. Moves repeat
-// until the deadline or the goal. Overlaps come from the greedy's segment tree over the
+// then falls, or at least one buffer fewer reaches it), or reach it but add up to less
+// than before (they settled lower, opening room for later moves); otherwise it is undone.
+// Moves repeat until the deadline or the goal. It is weak: 0.5-1.2% on micro-batches of
+// vit_tiny in flight at 5-30 s, nothing on the GPT's (docs/tma.md); moves that lift only
+// a thin band (1-5% of the peak) kept none of 1,000-12,000. Overlaps come from the greedy's segment tree over the
 // cliques; the tops from a tree of maxima over the buffers.
 class TopTree {
  public:
@@ -656,7 +664,7 @@ std::vector<uint64_t> improve(const Problem& p, std::vector<uint64_t> off, uint6
     uint64_t worst = 0;
     size_t placed = 0;
     for (int v : lifted) {
-      if ((++placed & 63) == 0 && Clock::now() > deadline) {
+      if ((++placed & 15) == 0 && Clock::now() > deadline) {
         worst = peak + 1;  // out of time: undone below
         break;
       }
@@ -703,12 +711,24 @@ std::vector<uint64_t> improve(const Problem& p, std::vector<uint64_t> off, uint6
 // it spans; Z, its size; A, its area (size x width).
 
 std::vector<int> preorder(const Problem& p, const std::string& keys) {
+  // T: the most bytes in any clique of the buffer's range, by a tree of maxima over the
+  // cliques (a loop over each range cost 25 ms on 60,000 long-lived buffers).
   std::vector<uint64_t> total(p.n, 0);
-  for (int i = 0; i < p.n; ++i) {
-    for (int s = p.first[i]; s < p.last[i]; ++s) total[i] = std::max(total[i], p.clique_bytes[s]);
+  if (keys.find('T') != std::string::npos) {
+    int leaves = 1;
+    while (leaves < p.cliques) leaves *= 2;
+    std::vector<uint64_t> tree(2 * leaves, 0);
+    for (int c = 0; c < p.cliques; ++c) tree[leaves + c] = p.clique_bytes[c];
+    for (int k = leaves - 1; k >= 1; --k) tree[k] = std::max(tree[2 * k], tree[2 * k + 1]);
+    for (int i = 0; i < p.n; ++i) {
+      uint64_t m = 0;
+      for (int l = p.first[i] + leaves, r = p.last[i] + leaves; l < r; l /= 2, r /= 2) {
+        if (l & 1) m = std::max(m, tree[l++]);
+        if (r & 1) m = std::max(m, tree[--r]);
+      }
+      total[i] = m;
+    }
   }
-  std::vector<int> order(p.n);
-  std::iota(order.begin(), order.end(), 0);
   auto key = [&](int i, char k) -> double {
     switch (k) {
       case 'T': return static_cast<double>(total[i]);
@@ -720,15 +740,25 @@ std::vector<int> preorder(const Problem& p, const std::string& keys) {
     }
     return 0;
   };
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    for (char k : keys) {
-      const double ka = key(a, k), kb = key(b, k);
-      if (ka != kb) return ka > kb;
+  // The keys computed once per buffer (up to three, as every preorder here has), then sorted.
+  struct Keyed {
+    double k[3];
+    int i;
+  };
+  std::vector<Keyed> keyed(p.n);
+  const size_t nk = std::min<size_t>(keys.size(), 3);
+  for (int i = 0; i < p.n; ++i) {
+    keyed[i] = Keyed{{0, 0, 0}, i};
+    for (size_t c = 0; c < nk; ++c) keyed[i].k[c] = key(i, keys[c]);
+  }
+  std::sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) {
+    for (int c = 0; c < 3; ++c) {
+      if (a.k[c] != b.k[c]) return a.k[c] > b.k[c];
     }
-    return a < b;
+    return a.i < b.i;
   });
   std::vector<int> rank(p.n);
-  for (int r = 0; r < p.n; ++r) rank[order[r]] = r;
+  for (int r = 0; r < p.n; ++r) rank[keyed[r].i] = r;
   return rank;
 }
 
@@ -1434,9 +1464,9 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
                                       Clock::time_point t0, bool search, bool halfway) {
   const double limit = std::min(options.time_limit_sec, 1e7);
   const int n = static_cast<int>(buffers.size());
-  // The methods stop early enough for what follows them (checking the plan: about 0.3 us a
-  // buffer), at most a twentieth of the limit before it.
-  const double reserve = std::min(0.05 * limit, 3e-7 * n);
+  // The methods stop early enough for what follows them (keeping and checking the plan:
+  // about 0.5 us a buffer on 60,000), at most a twentieth of the limit before it.
+  const double reserve = std::min(0.05 * limit, 6e-7 * n);
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   PlanResult res;
@@ -1478,10 +1508,12 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     q.may_give_up = true;
     return q;
   };
-  auto time_left = [&] { return Clock::now() < deadline; };
+  // A skyline or local improvement is started only with time for its setup and for
+  // finishing cut short (a microsecond a buffer, measured at about half that on 60,000).
+  auto time_left = [&] { return Clock::now() + std::chrono::microseconds(n) < deadline; };
   consider(simulate_rules(buffers, p.size), "rules");
   if (!done()) consider(greedy_by_size(p, pace()), "greedy");
-  for (size_t k = 0; k < std::size(kPreorders) && !done() && (k == 0 || time_left()); ++k) {
+  for (size_t k = 0; k < std::size(kPreorders) && !done() && ((k == 0 && n <= 2000) || time_left()); ++k) {
     consider(skyline(p, preorder(p, kPreorders[k]), pace()), "skyline");
   }
   for (size_t k = 0; k < std::size(kSkylinePreorders) && !done() && time_left(); ++k) {

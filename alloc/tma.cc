@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -204,7 +205,11 @@ void Tma::make_plan(uint64_t signature, const std::vector<Request>& trace) {
     if (!opts_.problem_path.empty()) {
       const std::string path = stats_.plans == 0 ? opts_.problem_path
                                                  : absl::StrCat(opts_.problem_path, ".", stats_.plans + 1);
-      if (!write_minimalloc_csv(path, buffers, r->offsets).ok()) ++stats_.problem_write_failures;
+      if (const absl::Status w = write_minimalloc_csv(path, buffers, r->offsets); !w.ok()) {
+        // Checked writable before the run; a disk that fills later costs the file, not the run.
+        ++stats_.problem_write_failures;
+        std::fprintf(stderr, "mtc: TMA: the plan's problem was not written: %s\n", std::string(w.message()).c_str());
+      }
     }
     for (size_t i = 0; i < buffers.size(); ++i) offsets[index[i]] = static_cast<int64_t>(r->offsets[i]);
     plan->peak = r->peak;
