@@ -32,7 +32,9 @@
 #         9. DTE on the GPU: ResNet-50 at batch 128 under 50% and 30% of its peak (and
 #            30% with TMA): each run's peak, time against the unlimited run's, evictions;
 #        10. training through NCCL on one rank: ResNet-20 with --sync_bn and the GPT under
-#            --dtp=p1, each beside the same run without NCCL.
+#            --dtp=p1, each beside the same run without NCCL;
+#        11. TMA on the GPU: a 48-layer GPT with and without --tma (its packing moves
+#            tensors within the device): losses bit for bit, the high water.
 #       Each step runs under `timeout` and the whole run under --deadline (540 s), so it
 #       ends inside the device tool's 10 minutes even if a step hangs; a failed step is
 #       recorded and the next one runs. Full logs: OUTFILE.logs.tar.gz beside OUTFILE.
@@ -702,6 +704,36 @@ nccl_training() {
   done
 }
 
+# tma_gpu: TMA on the GPU, where its packing at the boundary (Note [Packing at the boundary]
+# in alloc/tma.cc) moves parameters and optimizer state with copies within the device: a
+# 48-layer GPT (hidden 64, seq 64, batch 8) with and without --tma. Judged: the losses bit
+# for bit equal, and with TMA the high water at most 1.01x the peak of live bytes.
+tma_gpu() {
+  md "" "## 11. TMA on the GPU: a 48-layer GPT with and without --tma"
+  local a=(--model=gpt --layers=48 --hidden=64 --heads=4 --seq=64 --batch=8 --warmup=3 --iterations=3 --seed=0
+           --log_every=1 --device=cuda) s0 s1 rc0
+  run_step tma-off 60 "$work/run/mtc-train" "${a[@]}"
+  rc0=$rc; s0=$(grep '^summary ' "$log" | tail -n 1 || true); losses "$log" >"$work/logs/tma-off.losses"
+  [ "$rc" = 0 ] || tail_log 15
+  run_step tma-on 60 "$work/run/mtc-train" "${a[@]}" --tma --tma_warmup=2
+  s1=$(grep '^summary ' "$log" | tail -n 1 || true); losses "$log" >"$work/logs/tma-on.losses"
+  [ "$rc" = 0 ] || tail_log 15
+  if [ "$rc0" != 0 ] || [ "$rc" != 0 ]; then
+    note "tma on the gpu" "FAIL (without: $(status_of "$rc0"); with: $(status_of "$rc"))"
+    return
+  fi
+  local same=no ratio0 ratio1
+  cmp -s "$work/logs/tma-off.losses" "$work/logs/tma-on.losses" && same=yes
+  ratio0=$(awk -v h="$(field "$s0" high_water_compute_bytes)" -v p="$(field "$s0" peak_compute_bytes)" 'BEGIN { printf "%.4f", h / p }')
+  ratio1=$(awk -v h="$(field "$s1" high_water_compute_bytes)" -v p="$(field "$s1" peak_compute_bytes)" 'BEGIN { printf "%.4f", h / p }')
+  say "- high water / peak: ${ratio0}x without TMA, ${ratio1}x with (compactions $(field "$s1" compactions), moved $(field "$s1" moved_bytes) bytes, $(field "$s1" tma_hits) hits, $(field "$s1" tma_misses) misses); losses the same: $same; min s/iter $(field "$s0" min_sec_per_iter) without, $(field "$s1" min_sec_per_iter) with"
+  if [ "$same" = yes ] && awk -v r="$ratio1" 'BEGIN { exit !(r <= 1.01) }'; then
+    note "tma on the gpu (packing, bit for bit)" ok
+  else
+    note "tma on the gpu (packing, bit for bit)" "FAIL (losses the same: $same; high water ${ratio1}x)"
+  fi
+}
+
 no_gpu_steps() {
   md "" "## 4. Without a GPU: what runs anyway"
   local b
@@ -770,6 +802,7 @@ check() {
       dtp_gpu
       dte_gpu
       nccl_training
+      tma_gpu
     else
       say "" "no GPU found: skipping the GPU steps"
       no_gpu_steps
