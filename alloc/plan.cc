@@ -391,17 +391,25 @@ std::vector<uint64_t> simulate_rules(const std::vector<PlanBuffer>& buffers,
 
 class PlacedIndex {
  public:
-  explicit PlacedIndex(int cliques) {
+  // buffers: the number of buffers that may be inserted (ids 0..buffers-1).
+  PlacedIndex(int cliques, int buffers) : seen_(buffers, -1) {
     leaves_ = 1;
     while (leaves_ < std::max(cliques, 1)) leaves_ *= 2;
     items_.resize(2 * leaves_);
     count_.assign(2 * leaves_, 0);
   }
   void insert(int b, int lo, int hi) { insert(1, 0, leaves_, lo, hi, b); }
-  // collect: calls f(b) once or more for every placed b whose range meets [lo, hi).
+  // collect: calls f(b) once for every placed b whose range meets [lo, hi) (a buffer sits
+  // at up to O(log) nodes that meet it, so the calls are filtered by a stamp per call).
   template <typename F>
-  void collect(int lo, int hi, F&& f) const {
-    collect(1, 0, leaves_, lo, hi, f);
+  void collect(int lo, int hi, F&& f) {
+    ++call_;
+    auto once = [&](int b) {
+      if (seen_[b] == call_) return;
+      seen_[b] = call_;
+      f(b);
+    };
+    collect(1, 0, leaves_, lo, hi, once);
   }
 
  private:
@@ -428,6 +436,8 @@ class PlacedIndex {
   int leaves_ = 1;
   std::vector<std::vector<int>> items_;
   std::vector<int> count_;  // items in the subtree
+  std::vector<int64_t> seen_;  // per buffer, the last collect() that reported it
+  int64_t call_ = 0;
 };
 
 // lowest_fit: the lowest offset where `size` bytes fit among the ranges [offset, end) in
@@ -452,18 +462,13 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace) {
     return a < b;
   });
   std::vector<uint64_t> off(p.n, kUnplaced);
-  PlacedIndex index(p.cliques);
-  std::vector<int> stamp(p.n, -1);
+  PlacedIndex index(p.cliques, p.n);
   std::vector<std::pair<uint64_t, uint64_t>> busy;  // [offset, end) of overlapping placed
   for (int k = 0; k < p.n; ++k) {
     if ((k & 15) == 15 && pace.hopeless(k, p.n)) return {};
     const int b = order[k];
     busy.clear();
-    index.collect(p.first[b], p.last[b], [&](int o) {
-      if (stamp[o] == k) return;
-      stamp[o] = k;
-      busy.push_back({off[o], off[o] + p.size[o]});
-    });
+    index.collect(p.first[b], p.last[b], [&](int o) { busy.push_back({off[o], off[o] + p.size[o]}); });
     off[b] = lowest_fit(busy, p.size[b]);
     index.insert(b, p.first[b], p.last[b]);
   }
@@ -531,17 +536,18 @@ std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, co
   for (uint64_t pops = 1; !heap.empty(); ++pops) {
     // Late: the deadline comes before the buffers left could be put at their floors (about
     // half a microsecond each on 60,000 buffers; a microsecond is counted).
-    const bool late = (pops & 1023) == 0 &&
-                      Clock::now() + std::chrono::microseconds(p.n - placed) > pace.deadline;
-    if (!late && (pops & 1023) == 0 && pace.hopeless(placed, p.n)) return {};  // it would not finish
-    if (late) {
-      for (int r = 0; r < p.n; ++r) {
-        const int b = by_rank[r];
-        if (off[b] != kUnplaced) continue;
-        off[b] = floors.max(p.first[b], p.last[b]);
-        floors.raise(p.first[b], p.last[b], off[b] + p.size[b]);
+    if ((pops & 1023) == 0) {
+      if (Clock::now() + std::chrono::microseconds(p.n - placed) <= pace.deadline) {
+        if (pace.hopeless(placed, p.n)) return {};  // it would not finish
+      } else {
+        for (int r = 0; r < p.n; ++r) {
+          const int b = by_rank[r];
+          if (off[b] != kUnplaced) continue;
+          off[b] = floors.max(p.first[b], p.last[b]);
+          floors.raise(p.first[b], p.last[b], off[b] + p.size[b]);
+        }
+        return off;
       }
-      return off;
     }
     const auto [bound, r] = heap.top();
     heap.pop();
@@ -613,7 +619,7 @@ class TopTree {
 std::vector<uint64_t> improve(const Problem& p, std::vector<uint64_t> off, uint64_t goal, Clock::time_point deadline,
                               uint64_t seed, int64_t max_moves, int64_t* moves_kept) {
   std::mt19937_64 rng(seed);
-  PlacedIndex index(p.cliques);
+  PlacedIndex index(p.cliques, p.n);
   std::vector<uint64_t> top(p.n);
   for (int i = 0; i < p.n; ++i) {
     index.insert(i, p.first[i], p.last[i]);
@@ -621,8 +627,6 @@ std::vector<uint64_t> improve(const Problem& p, std::vector<uint64_t> off, uint6
   }
   TopTree tops(top);
   std::vector<char> out(p.n, 0);   // lifted out by the move in progress
-  std::vector<int64_t> stamp(p.n, -1);  // collect() may report a buffer more than once
-  int64_t tick = 0;                      // one per collect()
   std::vector<int> lifted;
   std::vector<uint64_t> old;
   std::vector<std::pair<uint64_t, uint64_t>> busy;
@@ -636,10 +640,7 @@ std::vector<uint64_t> improve(const Problem& p, std::vector<uint64_t> off, uint6
     const int hi = std::min(p.cliques, p.last[b] + static_cast<int>(u(rng) * len));
     const uint64_t band = static_cast<uint64_t>((0.02 + 0.58 * u(rng)) * static_cast<double>(peak));
     lifted.clear();
-    ++tick;
     index.collect(lo, hi, [&](int v) {
-      if (stamp[v] == tick) return;
-      stamp[v] = tick;
       if (top[v] > peak - std::min(band, peak)) lifted.push_back(v);
     });
     // The order they go back in.
@@ -669,11 +670,8 @@ std::vector<uint64_t> improve(const Problem& p, std::vector<uint64_t> off, uint6
         break;
       }
       busy.clear();
-      ++tick;
       index.collect(p.first[v], p.last[v], [&](int w) {
-        if (w == v || out[w] || stamp[w] == tick) return;
-        stamp[w] = tick;
-        busy.push_back({off[w], off[w] + p.size[w]});
+        if (w != v && !out[w]) busy.push_back({off[w], off[w] + p.size[w]});
       });
       const uint64_t at = lowest_fit(busy, p.size[v]);
       off[v] = at;

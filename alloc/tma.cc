@@ -36,7 +36,7 @@ Tma::Tma(TmaOptions options) : opts_(options) {}
 // plan's room starts more than 1% of its peak above the bytes allocated, the executor
 // slides the live tensors below it down together first (evict::Engine::pack_low), once:
 // later iterations put what outlives them first-fit low, as the plan leaves it.
-void Tma::boundary(const Region& region, const std::function<void(size_t peak)>& pack) {
+void Tma::boundary(const Region& region, const std::function<void()>& pack) {
   if (in_iteration_) end_iteration();
   in_iteration_ = true;
   clock_ = 0;
@@ -49,7 +49,7 @@ void Tma::boundary(const Region& region, const std::function<void(size_t peak)>&
   if (pack) {
     if (const Plan* p = next_plan(); p != nullptr && p->peak > 0) {
       const std::optional<Block> room = region.lowest_free(p->peak);
-      if (!room || room->offset > region.stats().allocated + p->peak / 100) pack(p->peak);
+      if (!room || room->offset > region.stats().allocated + p->peak / 100) pack();
     }
   }
   choose_base(region);

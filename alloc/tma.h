@@ -98,10 +98,10 @@ class Tma {
   // gives the live blocks the next plan must sit above.
   //
   // pack: when set and a plan is about to be applied whose room (the lowest free block
-  // that holds it) starts more than 1% of its peak above the bytes allocated, pack(peak)
-  // is called first, to move the live blocks below it together (Note [Packing at the
+  // that holds it) starts more than 1% of its peak above the bytes allocated, pack() is
+  // called first, to move the live blocks below it together (Note [Packing at the
   // boundary] in alloc/tma.cc), and the room is chosen after it.
-  void boundary(const Region& region, const std::function<void(size_t peak)>& pack = {});
+  void boundary(const Region& region, const std::function<void()>& pack = {});
   // propose: the offset (in the region) the next request should take, if the active plan
   // has one for a request of this op key and size. Call once per request, then placed().
   std::optional<size_t> propose(uint64_t op_key, size_t size);

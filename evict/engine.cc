@@ -322,12 +322,7 @@ bool Engine::compact(size_t bytes, bool move_pinned) {
   alloc::Region& region = host_.compute_region();
   const size_t need = alloc::round_up(bytes);
   if (region.capacity() - region.stats().allocated < need || region.largest_free() >= need) return false;
-  absl::flat_hash_map<size_t, TensorRecord*> owner;  // offset -> movable tensor
-  for (auto& [id, r] : records_) {
-    if (r.state == StorageState::kResident && !r.in_comm && !r.persistent && (move_pinned || r.pin_count == 0)) {
-      owner.emplace(r.block.offset, &r);
-    }
-  }
+  const absl::flat_hash_map<size_t, TensorRecord*> owner = movable_by_offset(/*persistent=*/false, move_pinned);
   enum class Kind : uint8_t { kGap, kMovable, kFixed };
   struct Item {
     Kind kind;
@@ -372,26 +367,42 @@ bool Engine::compact(size_t bytes, bool move_pinned) {
   for (size_t k = best_l; k <= best_r; ++k) {
     const Item& it = items[k];
     if (it.kind != Kind::kMovable) continue;
-    if (it.offset != cursor) {
-      absl::StatusOr<alloc::Block> to = host_.move_compute(it.r->block, cursor);
-      if (!to.ok()) return false;  // the device failed the copy; the region is as before this block
-      it.r->block = *to;
-      copied += it.r->desc.bytes();
-    }
+    // A failed copy leaves the region as it was before this block.
+    if (it.offset != cursor && !move_to(*it.r, cursor, copied)) return false;
     cursor += it.size;
   }
+  count_moves(copied, t0);
+  return region.largest_free() >= need;
+}
+
+absl::flat_hash_map<size_t, TensorRecord*> Engine::movable_by_offset(bool persistent, bool move_pinned) {
+  absl::flat_hash_map<size_t, TensorRecord*> owner;
+  for (auto& [id, r] : records_) {
+    if (r.state == StorageState::kResident && !r.in_comm && (persistent || !r.persistent) &&
+        (move_pinned || r.pin_count == 0)) {
+      owner.emplace(r.block.offset, &r);
+    }
+  }
+  return owner;
+}
+
+bool Engine::move_to(TensorRecord& r, size_t offset, size_t& copied) {
+  absl::StatusOr<alloc::Block> to = host_.move_compute(r.block, offset);
+  if (!to.ok()) return false;
+  r.block = *to;
+  copied += r.desc.bytes();
+  return true;
+}
+
+void Engine::count_moves(size_t copied, Clock::time_point t0) {
   ++stats_.compactions;
   stats_.moved_bytes += copied;
   stats_.move_us += simulate_ ? static_cast<double>(copied) / bytes_per_us_ : us_since(t0);
-  return region.largest_free() >= need;
 }
 
 void Engine::pack_low() {
   alloc::Region& region = host_.compute_region();
-  absl::flat_hash_map<size_t, TensorRecord*> owner;  // offset -> movable tensor
-  for (auto& [id, r] : records_) {
-    if (r.state == StorageState::kResident && !r.in_comm && r.pin_count == 0) owner.emplace(r.block.offset, &r);
-  }
+  const absl::flat_hash_map<size_t, TensorRecord*> owner = movable_by_offset(/*persistent=*/true, /*move_pinned=*/false);
   const auto t0 = Clock::now();
   size_t cursor = 0, copied = 0;
   for (const alloc::Block& b : region.live_blocks()) {
@@ -400,16 +411,10 @@ void Engine::pack_low() {
       cursor = b.offset + b.size;  // not a tensor's, or already in place
       continue;
     }
-    absl::StatusOr<alloc::Block> to = host_.move_compute(it->second->block, cursor);
-    if (!to.ok()) return;  // the device failed the copy: the region is as before this block
-    it->second->block = *to;
-    copied += it->second->desc.bytes();
+    if (!move_to(*it->second, cursor, copied)) return;  // the device failed the copy: the rest stay
     cursor += b.size;
   }
-  if (copied == 0) return;
-  ++stats_.compactions;
-  stats_.moved_bytes += copied;
-  stats_.move_us += simulate_ ? static_cast<double>(copied) / bytes_per_us_ : us_since(t0);
+  if (copied > 0) count_moves(copied, t0);
 }
 
 // consider: scores r and keeps it in best when the policy may evict it and it scores lower.

@@ -14,6 +14,7 @@
 // drives the runtime and the trace-replay simulator (mtc-replay).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -187,6 +188,15 @@ class Engine {
   const PinnedBytes& pinned() const { return pinned_; }
 
  private:
+  // movable_by_offset: resident tensors of the compute region by offset, the ones compaction
+  // and pack_low may move (persistent ones only with `persistent`, pinned ones only with
+  // move_pinned).
+  absl::flat_hash_map<size_t, TensorRecord*> movable_by_offset(bool persistent, bool move_pinned);
+  // move_to: r's bytes to `offset` in the compute region, its copied bytes added to
+  // `copied`; false when the device failed the copy (r stays where it was).
+  bool move_to(TensorRecord& r, size_t offset, size_t& copied);
+  // count_moves: one compaction's moved bytes and time, started at t0, in the stats.
+  void count_moves(size_t copied, std::chrono::steady_clock::time_point t0);
   absl::Status recompute(TensorRecord& r);
   absl::Status check_overhead(const TensorRecord& r) const;  // EvictOptions::max_overhead_us
   // consider: no_drop: r may only be swapped (Note [Recompute cycles]).

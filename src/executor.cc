@@ -421,7 +421,7 @@ absl::Status Executor::execute(Mark& c) {
     const std::string_view label = c.label;
     if (label == "iteration") saw_iteration_mark_ = true;
     if (label == "iteration" || (label == "step" && !saw_iteration_mark_)) {
-      tma_->boundary(device_.compute_region(), [this](size_t) { engine_.pack_low(); });
+      tma_->boundary(device_.compute_region(), [this] { engine_.pack_low(); });
     }
   }
   return absl::OkStatus();
