@@ -27,7 +27,6 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
-#include <queue>
 #include <random>
 #include <set>
 #include <sstream>
@@ -54,6 +53,10 @@ constexpr uint64_t kUnplaced = std::numeric_limits<uint64_t>::max();  // offset 
 // recurses once per buffer.
 constexpr int kSearchMaxBuffers = 20000;
 constexpr uint64_t kSearchMaxOverlaps = 16'000'000;  // pairs of buffers live at once
+// The time plan() keeps back from its methods besides 0.6 us a buffer: the search reads
+// the clock every 256 nodes on problems up to 2,000 buffers and its threads then join
+// (MiniMalloc's B, D, E, G, H ended 0.3-0.9 ms past a 1 s limit with none).
+constexpr double kReserveSec = 1.5e-3;
 // Local improvement runs on problems of at least this many buffers (below, the search).
 constexpr int kImproveMinBuffers = 1000;
 
@@ -89,10 +92,13 @@ struct Pace {
 // The search's preorders (see preorder()), tried in turn: each solves some of MiniMalloc's
 // benchmarks in a few thousand nodes where the others need millions (docs/tma.md).
 constexpr const char* kPreorders[] = {"TWA", "TAW", "CTA"};
-// More preorders for the skyline alone, after those (S: the earlier start first): on
-// micro-batches of vit_tiny in flight, ZS gives 1.037x where TWA gives 1.128x, and on
-// instances packed by construction SZ 1.285x where TWA gives 1.354x (tma_transformer.sh).
-constexpr const char* kSkylinePreorders[] = {"ZS", "SZ", "WS"};
+// More preorders for the skyline alone (S: the earlier start first): on micro-batches of
+// vit_tiny in flight, ZS gives 1.037x where TWA gives 1.128x, on those of a 48-layer GPT
+// 1.0000x where TWA gives 1.0686x (30,704 buffers), and on instances packed by
+// construction SZ 1.285x where TWA gives 1.354x (tma_transformer.sh). ZS runs first of
+// all the skylines, before greedy by size; SZ and WS after the search's preorders.
+constexpr const char* kSkylineFirst = "ZS";
+constexpr const char* kSkylinePreorders[] = {"SZ", "WS"};
 
 // The search recurses once per buffer placed (a few hundred bytes a level), so it runs on
 // threads of its own with this much stack (reserved, touched only as deep as it goes).
@@ -478,44 +484,119 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace) {
 // ----------------------------------------------------------------------------------------
 // Skyline: the search's own descent without a capacity or backtracking. Repeatedly the
 // unplaced buffer that can sit lowest (on the highest placed buffer it overlaps; ties by
-// rank) is placed there. A segment tree over the cliques keeps each clique's floor (its
-// highest placed end); a heap holds stale lower bounds of each buffer's floor, refreshed
-// when popped: about one refresh per pair of buffers live at once.
+// rank) is placed there. Floors keeps each clique's floor (its highest placed end); a
+// monotone heap holds stale lower bounds of each buffer's floor, refreshed when popped:
+// about one refresh per pair of buffers live at once.
+//
+// Note [Skyline speed]
+// Nearly every pop is a refresh (17.2 M pops place 61,408 buffers of micro-batches of a
+// 48-layer GPT in flight), so the skyline's time is its refreshes': a range maximum and a
+// heap operation each. Two structures made it 2.7 times faster there (4.5 s to 1.7 s;
+// 1.97 s to 0.72 s on 30,704 buffers), with the same plans:
+//  - Floors: blocks of 64 cliques, each with its maximum and the largest raise that
+//    covered it whole; a query reads the cells at its two ends and the blocks between, all
+//    in address order (the compiler vectorises both loops). A segment tree, recursive or
+//    not, scattered its reads: 1.3 times slower;
+//  - RadixHeap: the keys popped never decrease (a refresh pushes a floor above the one
+//    popped), so a radix heap keyed by (floor, rank) does what a binary heap did with an
+//    append per push; a binary heap with a replace-top was 1.6 times slower.
 
-class FloorTree {
+// Floors: each clique's floor, with range maxima.
+class Floors {
  public:
-  explicit FloorTree(int cliques) {
-    leaves_ = 1;
-    while (leaves_ < std::max(cliques, 1)) leaves_ *= 2;
-    max_.assign(2 * leaves_, 0);
-    tag_.assign(2 * leaves_, 0);
+  explicit Floors(int cliques) {
+    const int blocks = (std::max(cliques, 1) + kBlock - 1) / kBlock;
+    cell_.assign(static_cast<size_t>(blocks) * kBlock, 0);
+    block_max_.assign(blocks, 0);
+    block_all_.assign(blocks, 0);
   }
-  // raise: every clique in [lo, hi) to at least h.
-  void raise(int lo, int hi, uint64_t h) { raise(1, 0, leaves_, lo, hi, h); }
-  uint64_t max(int lo, int hi) const { return max(1, 0, leaves_, lo, hi); }
-
- private:
-  void raise(int node, int nl, int nr, int lo, int hi, uint64_t h) {
-    if (hi <= nl || nr <= lo) return;
-    if (lo <= nl && nr <= hi) {
-      max_[node] = std::max(max_[node], h);
-      tag_[node] = std::max(tag_[node], h);
+  // raise: every clique in [lo, hi) to at least h (lo < hi).
+  void raise(int lo, int hi, uint64_t h) {
+    const int bl = lo / kBlock, bh = (hi - 1) / kBlock;
+    if (bl == bh) {
+      raise_cells(lo, hi, h, bl);
       return;
     }
-    const int mid = (nl + nr) / 2;
-    raise(2 * node, nl, mid, lo, hi, h);
-    raise(2 * node + 1, mid, nr, lo, hi, h);
-    max_[node] = std::max({max_[node], max_[2 * node], max_[2 * node + 1]});
+    raise_cells(lo, (bl + 1) * kBlock, h, bl);
+    raise_cells(bh * kBlock, hi, h, bh);
+    for (int b = bl + 1; b < bh; ++b) {
+      block_max_[b] = std::max(block_max_[b], h);
+      block_all_[b] = std::max(block_all_[b], h);
+    }
   }
-  uint64_t max(int node, int nl, int nr, int lo, int hi) const {
-    if (hi <= nl || nr <= lo) return 0;
-    if (lo <= nl && nr <= hi) return max_[node];
-    const int mid = (nl + nr) / 2;
-    return std::max({tag_[node], max(2 * node, nl, mid, lo, hi), max(2 * node + 1, mid, nr, lo, hi)});
+  // max: the highest floor in [lo, hi) (lo < hi).
+  uint64_t max(int lo, int hi) const {
+    const int bl = lo / kBlock, bh = (hi - 1) / kBlock;
+    if (bl == bh) return std::max(block_all_[bl], max_cells(lo, hi));
+    uint64_t m = std::max({block_all_[bl], block_all_[bh], max_cells(lo, (bl + 1) * kBlock), max_cells(bh * kBlock, hi)});
+    for (int b = bl + 1; b < bh; ++b) m = std::max(m, block_max_[b]);
+    return m;
   }
 
-  int leaves_ = 1;
-  std::vector<uint64_t> max_, tag_;  // subtree max; a raise that covered the whole subtree
+ private:
+  static constexpr int kBlock = 64;
+  void raise_cells(int lo, int hi, uint64_t h, int block) {
+    for (int c = lo; c < hi; ++c) cell_[c] = std::max(cell_[c], h);
+    block_max_[block] = std::max(block_max_[block], h);
+  }
+  uint64_t max_cells(int lo, int hi) const {
+    uint64_t m = 0;
+    for (int c = lo; c < hi; ++c) m = std::max(m, cell_[c]);
+    return m;
+  }
+
+  std::vector<uint64_t> cell_;       // raised cell by cell
+  std::vector<uint64_t> block_max_;  // the block's highest floor
+  std::vector<uint64_t> block_all_;  // the largest raise that covered the whole block
+};
+
+// RadixHeap: a min-heap whose pushes are never below the last key popped (Note [Skyline
+// speed]). A key sits in the bucket of the highest bit where it differs from the last key
+// popped; popping an empty bucket 0 moves the least bucket's keys down, each key at most
+// once per bit.
+class RadixHeap {
+ public:
+  using Key = unsigned __int128;
+  static Key key(uint64_t floor, int rank) { return (static_cast<Key>(floor) << 64) | static_cast<uint32_t>(rank); }
+  static uint64_t floor_of(Key k) { return static_cast<uint64_t>(k >> 64); }
+  static int rank_of(Key k) { return static_cast<int>(static_cast<uint32_t>(k)); }
+
+  bool empty() const { return size_ == 0; }
+  void push(Key k) {
+    bucket_[bucket(k)].push_back(k);
+    ++size_;
+  }
+  Key pop() {
+    if (bucket_[0].empty()) {
+      int i = 1;
+      while (bucket_[i].empty()) ++i;
+      last_ = *std::min_element(bucket_[i].begin(), bucket_[i].end());
+      for (Key k : bucket_[i]) bucket_[bucket(k)].push_back(k);
+      // Emptied whole: every key moved to a lower bucket, and this one refills only as far
+      // as pushes reach it again, so a large one's storage goes (kept, the buckets' storage
+      // reached 14 MB on 60,000 buffers, each bucket at its own largest size).
+      if (bucket_[i].capacity() > 4096) {
+        std::vector<Key>().swap(bucket_[i]);
+      } else {
+        bucket_[i].clear();
+      }
+    }
+    const Key k = bucket_[0].back();
+    bucket_[0].pop_back();
+    --size_;
+    return k;
+  }
+
+ private:
+  int bucket(Key k) const {
+    const Key d = k ^ last_;
+    const uint64_t hi = static_cast<uint64_t>(d >> 64), lo = static_cast<uint64_t>(d);
+    return hi != 0 ? 128 - __builtin_clzll(hi) : lo != 0 ? 64 - __builtin_clzll(lo) : 0;
+  }
+
+  std::vector<Key> bucket_[129];
+  Key last_ = 0;
+  size_t size_ = 0;
 };
 
 // skyline: at the deadline (less the time that takes), the buffers not yet placed go at
@@ -523,15 +604,12 @@ class FloorTree {
 // skyline cut short still gives a plan, its first part the skyline's own. Empty when the
 // pace may give up and says, before then, that it cannot finish.
 std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, const Pace& pace) {
-  FloorTree floors(p.cliques);
+  Floors floors(p.cliques);
   std::vector<uint64_t> off(p.n, kUnplaced);
-  using Entry = std::pair<uint64_t, int>;  // (floor lower bound, rank)
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  RadixHeap heap;
   std::vector<int> by_rank(p.n);
-  for (int i = 0; i < p.n; ++i) {
-    by_rank[rank[i]] = i;
-    heap.push({0, rank[i]});
-  }
+  for (int i = 0; i < p.n; ++i) by_rank[rank[i]] = i;
+  for (int r = 0; r < p.n; ++r) heap.push(RadixHeap::key(0, r));
   uint64_t placed = 0;
   for (uint64_t pops = 1; !heap.empty(); ++pops) {
     // Late: the deadline comes before the buffers left could be put at their floors (about
@@ -549,12 +627,12 @@ std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, co
         return off;
       }
     }
-    const auto [bound, r] = heap.top();
-    heap.pop();
+    const RadixHeap::Key k = heap.pop();
+    const int r = RadixHeap::rank_of(k);
     const int b = by_rank[r];
     const uint64_t floor = floors.max(p.first[b], p.last[b]);
-    if (floor > bound) {
-      heap.push({floor, r});
+    if (floor > RadixHeap::floor_of(k)) {
+      heap.push(RadixHeap::key(floor, r));
       continue;
     }
     off[b] = floor;
@@ -663,9 +741,8 @@ std::vector<uint64_t> improve(const Problem& p, std::vector<uint64_t> off, uint6
       out[lifted[k]] = 1;
     }
     uint64_t worst = 0;
-    size_t placed = 0;
     for (int v : lifted) {
-      if ((++placed & 15) == 0 && Clock::now() > deadline) {
+      if (Clock::now() > deadline) {  // a placement costs microseconds: read every time
         worst = peak + 1;  // out of time: undone below
         break;
       }
@@ -1348,7 +1425,7 @@ absl::StatusOr<PlanResult> plan_in_pieces(const std::vector<PlanBuffer>& buffers
                                           const std::vector<std::vector<int>>& pieces, Clock::time_point t0) {
   const double limit = std::min(options.time_limit_sec, 1e7);
   // As in plan_whole: room for assembling and checking the whole plan after the pieces.
-  const double reserve = std::min(0.05 * limit, 6e-7 * static_cast<double>(buffers.size()));
+  const double reserve = std::min(0.05 * limit, kReserveSec + 6e-7 * static_cast<double>(buffers.size()));
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   auto left = [&] { return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()); };
@@ -1463,8 +1540,9 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   const double limit = std::min(options.time_limit_sec, 1e7);
   const int n = static_cast<int>(buffers.size());
   // The methods stop early enough for what follows them (keeping and checking the plan:
-  // about 0.5 us a buffer on 60,000), at most a twentieth of the limit before it.
-  const double reserve = std::min(0.05 * limit, 6e-7 * n);
+  // about 0.5 us a buffer on 60,000; the search's threads finishing their last nodes and
+  // joining), at most a twentieth of the limit before it.
+  const double reserve = std::min(0.05 * limit, kReserveSec + 6e-7 * n);
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   PlanResult res;
@@ -1493,10 +1571,12 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   // Heuristics first, the best kept: the simulation always (O(n log n)); then greedy by
   // size and the skyline, each paced by its own progress (Note [Time by progress]) and
   // given at least a millisecond: a small problem gets them even when the thread lost the
-  // time left to the scheduler (found under the sanitizers on a loaded machine). Greedy by
-  // size, the cheaper, goes first: on tma_plan_bench's 60,000-buffer trace the skyline
-  // takes 32.5 s and greedy by size reaches 1.00001x in 12 s. Then the skyline with the
-  // other preorders, the search's and kSkylinePreorders, while time is left.
+  // time left to the scheduler (found under the sanitizers on a loaded machine). The
+  // skyline by ZS first (the best on micro-batches in flight, where the rules stay 4-12%
+  // above the bound; 0.65 s on 30,704 buffers), then greedy by size, then the skyline with
+  // the other preorders, the search's and kSkylinePreorders, while time is left. (On
+  // tma_plan_bench's 60,000-buffer trace the skyline takes 11 s and greedy by size reaches
+  // 1.00001x in 12 s; at its 2 s limit both give up and the rules' 1.0038x is kept.)
   const double floor_sec = std::min(limit, 1e-3);
   auto pace = [&] {
     Pace q;
@@ -1510,8 +1590,21 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   // finishing cut short (a microsecond a buffer, measured at about half that on 60,000).
   auto time_left = [&] { return Clock::now() + std::chrono::microseconds(n) < deadline; };
   consider(simulate_rules(buffers, p.size), "rules");
-  if (!done()) consider(greedy_by_size(p, pace()), "greedy");
-  for (size_t k = 0; k < std::size(kPreorders) && !done() && ((k == 0 && n <= 2000) || time_left()); ++k) {
+  if (!done() && (n <= 2000 || time_left())) {
+    // Not paced: its refreshes come unevenly (on tma_plan_bench's 60,000-buffer trace the
+    // first sixteenth of its buffers said it could not finish in 2 s; it finishes, at the
+    // lower bound, in 0.2 s). Cut short at the deadline it still gives a plan.
+    Pace q = pace();
+    q.may_give_up = false;
+    consider(skyline(p, preorder(p, kSkylineFirst), q), "skyline");
+  }
+  // Greedy by size's plan is kept for local improvement below.
+  std::vector<uint64_t> greedy;
+  if (!done()) {
+    greedy = greedy_by_size(p, pace());
+    consider(greedy, "greedy");
+  }
+  for (size_t k = 0; k < std::size(kPreorders) && !done() && time_left(); ++k) {
     consider(skyline(p, preorder(p, kPreorders[k]), pace()), "skyline");
   }
   for (size_t k = 0; k < std::size(kSkylinePreorders) && !done() && time_left(); ++k) {
@@ -1519,12 +1612,17 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   }
   // Local improvement of the best plan (Note [Local improvement]), on problems too large
   // for the search to place quickly: all the time left when the search will not run, half
-  // of it when it will.
+  // of it when it will. Greedy by size's plan is the start when it ties with the best: the
+  // moves lower it where they do not lower the skyline's (micro-batches of vit_tiny in
+  // flight, both at 1.0372x: from greedy's 1.0248x at 30 s, from the skyline's none).
   const bool will_search = search && n <= kSearchMaxBuffers && p.overlaps <= kSearchMaxOverlaps;
   if (!done() && time_left() && n >= kImproveMinBuffers) {
     const Clock::time_point now = Clock::now();
     const Clock::time_point until = will_search ? now + (deadline - now) / 2 : deadline;
     std::vector<uint64_t> from(res.offsets.begin(), res.offsets.end());
+    if (!greedy.empty() && peak_of(buffers, std::vector<size_t>(greedy.begin(), greedy.end())) == res.peak) {
+      from = std::move(greedy);
+    }
     consider(improve(p, std::move(from), goal, until, /*seed=*/n, /*max_moves=*/0, &res.improve_moves), "improved");
   }
 

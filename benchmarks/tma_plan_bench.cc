@@ -5,8 +5,8 @@
 //  2. A training-like trace of 60,000 buffers (fixed seed; see make_training_trace):
 //     plan() with the runtime's alignment (256 bytes) and a 2 s limit; target: planned in
 //     under 2 s at no more than 1.01x its lower bound. The paper's rules alone are shown
-//     too; --slow adds greedy by size and the skyline alone (tens of seconds at this size,
-//     which is why plan() skips them there).
+//     too; --slow adds greedy by size and the skyline by the search's first preorder alone
+//     (seconds at this size; plan() paces them and stops those that cannot finish).
 // A plain program (not Google Benchmark): one run per row, as the targets are about single
 // runs. The last line is the verdict: PASS, or FAIL naming what missed.
 //
