@@ -1573,7 +1573,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   // given at least a millisecond: a small problem gets them even when the thread lost the
   // time left to the scheduler (found under the sanitizers on a loaded machine). The
   // skyline by ZS first (the best on micro-batches in flight, where the rules stay 4-12%
-  // above the bound; 0.65 s on 30,704 buffers), then greedy by size, then the skyline with
+  // above the bound; about 0.7 s on 30,704 buffers), then greedy by size, then the skyline with
   // the other preorders, the search's and kSkylinePreorders, while time is left. (On
   // tma_plan_bench's 60,000-buffer trace the skyline takes 11 s and greedy by size reaches
   // 1.00001x in 12 s; at its 2 s limit both give up and the rules' 1.0038x is kept.)
