@@ -192,8 +192,8 @@ TEST(PlanProperties, ASkylineCutShortStillPlacesEveryBuffer) {
 // highest end below it among the buffers it overlaps (or on 0), and (2) when the first
 // buffer went in at a level f, every buffer still out could sit no lower: each buffer at
 // or above f overlaps one below f that ends at f or higher (or f is 0). 300 random traces
-// of 20-300 buffers over up to 1,200 instants (so ranges cross blocks), sizes up to 2^50
-// (the floors then pass 64 bits of (floor, rank) key).
+// of 20-300 buffers over up to 1,200 instants (so ranges cross blocks), sizes up to 2^50 in
+// a quarter of them (floors past 2^50, the high half of the heap's 128-bit key).
 TEST(PlanProperties, TheSkylinePlacesTheLowestBufferLeftEachTime) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 300; ++trial) {
