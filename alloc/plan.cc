@@ -1586,8 +1586,9 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   const Problem p = make_problem(buffers, options.alignment);
   const uint64_t goal = std::max<uint64_t>(res.lower_bound, options.target_peak);
   res.peak = std::numeric_limits<size_t>::max();
-  auto consider = [&](const std::vector<uint64_t>& off, const char* method) {
-    if (off.empty()) return;
+  // consider: keeps the plan when it is the best so far; its peak (none for no plan).
+  auto consider = [&](const std::vector<uint64_t>& off, const char* method) -> size_t {
+    if (off.empty()) return std::numeric_limits<size_t>::max();
     std::vector<size_t> o(off.begin(), off.end());
     const size_t peak = peak_of(buffers, o);
     if (peak < res.peak) {
@@ -1595,6 +1596,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
       res.offsets = std::move(o);
       res.method = method;
     }
+    return peak;
   };
   auto done = [&] { return res.peak <= goal; };
 
@@ -1630,11 +1632,12 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     zs = preorder(p, kSkylineFirst);
     consider(skyline(p, zs, q), "skyline");
   }
-  // Greedy by size's plan is kept for local improvement below.
+  // Greedy by size's plan and its peak are kept for local improvement below.
   std::vector<uint64_t> greedy;
+  size_t greedy_peak = std::numeric_limits<size_t>::max();
   if (!done()) {
     greedy = greedy_by_size(p, pace());
-    consider(greedy, "greedy");
+    greedy_peak = consider(greedy, "greedy");
   }
   // On up to 2,000 buffers the skyline by the search's first preorder (plan_skyline's)
   // always runs too, as greedy by size does, so plan() is no worse than either alone.
@@ -1669,7 +1672,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     const Clock::time_point now = Clock::now();
     const Clock::time_point until = will_search ? now + (deadline - now) / 2 : deadline;
     std::vector<uint64_t> from(res.offsets.begin(), res.offsets.end());
-    if (!greedy.empty() && peak_of(buffers, std::vector<size_t>(greedy.begin(), greedy.end())) == res.peak) {
+    if (!greedy.empty() && greedy_peak == res.peak) {
       from = std::move(greedy);
     }
     consider(improve(p, std::move(from), goal, until, /*seed=*/n, /*max_moves=*/0, &res.improve_moves), "improved");
