@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# DTE at the low end, replayed: for each model, mtc-train records a trace of 3 iterations
+# DTE at the low end, replayed: for each model, mtc-train records a trace of 4 iterations
 # (no eviction, --record_trace), then mtc-replay replays it at 50, 30, 20, 15 and 10% of its
 # unlimited peak, with the byte budget and with the compute region itself as the limit
 # (--limit budget,region), under mtc's policy and the dtr baseline, in modes both (the
-# default) and drop. Per cell: the overhead ((compute + recompute + swap) / compute), or
+# default) and drop. The first two iterations are warm-up (--skip 2), where policy mtc
+# tunes its score as the runtime does (docs/dte.md, "Tuning the score"); the last two count. Per cell: the overhead ((compute + recompute + swap) / compute), or
 # oom, or cap (the replay passed --max_overhead, 4x by default, and stopped), and the peak
 # pinned MiB; each replay's wall time.
 # Verdicts (docs/dte.md, "At the low end"), per mode:
@@ -69,7 +70,7 @@ for spec in $models; do
   [ -n "$batch" ] || { echo "dte_low_budget.sh: --models: '$spec': expected NAME:BATCH" >&2; exit 2; }
   trace=$tmp/$model.jsonl
   if [ -z "$traces" ]; then
-    flags=(--model "$model" --batch "$batch" --iterations 3 --warmup 0 --threads "$threads" --log_every 100)
+    flags=(--model "$model" --batch "$batch" --iterations 4 --warmup 0 --threads "$threads" --log_every 100)
     case "$model" in
       gpt|lstm|treelstm) ;;  # synthetic tokens
       *) flags+=(--data synthetic) ;;
@@ -85,7 +86,7 @@ for spec in $models; do
     for policy in mtc dtr; do
       start=$(date +%s.%N)
       out=$("$mtc_replay" --trace "$trace" --budget "$budget_list" --limit budget,region --mode "$mode" \
-        --policy "$policy" --max_overhead "$max_overhead") || { echo "$out" >&2; exit 2; }
+        --policy "$policy" --max_overhead "$max_overhead" --skip 2) || { echo "$out" >&2; exit 2; }
       secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
       worst_s=$(awk -v a="$worst_s" -v b="$secs" 'BEGIN { print (b > a) ? b : a }')
       # Rows: budget limit MiB overhead peak stop ... pinnedMiB (column 12).

@@ -65,7 +65,7 @@ Score EvictionCost::score(const CandidateStats& c) const {
         s.action = drop_ok ? Action::kDrop : Action::kSwap;
         cost = drop_ok ? c_r : c.swap_us;
       }
-      const double room = m + static_cast<double>(c.free_left + c.free_right);
+      const double room = m + (free_room_ ? static_cast<double>(c.free_left + c.free_right) : 0.0);
       const double factor = std::pow(beta_, std::min(c.recompute_count, beta_max_power_));
       s.h = std::max(cost, 1e-3) * factor / (room * stale);
       break;

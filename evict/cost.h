@@ -45,7 +45,7 @@ struct Score {
 class EvictionCost {
  public:
   explicit EvictionCost(const EvictOptions& o)
-      : policy_(o.policy), mode_(o.mode), beta_(o.beta), beta_max_power_(o.beta_max_power) {}
+      : policy_(o.policy), mode_(o.mode), beta_(o.beta), beta_max_power_(o.beta_max_power), free_room_(o.free_room) {}
   Score score(const CandidateStats& c) const;
   EvictPolicy policy() const { return policy_; }
 
@@ -54,6 +54,7 @@ class EvictionCost {
   EvictMode mode_;
   double beta_;
   uint32_t beta_max_power_;
+  bool free_room_;
 };
 
 }  // namespace mtc::evict

@@ -34,6 +34,13 @@ Engine::Engine(Host& host, const EngineOptions& o)
   }
 }
 
+void Engine::set_score(const EvictOptions& o) {
+  opts_.beta = o.beta;
+  opts_.beta_max_power = o.beta_max_power;
+  opts_.free_room = o.free_room;
+  cost_ = EvictionCost(opts_);
+}
+
 void Engine::release_all() {
   for (auto& [id, r] : records_) release_storage(r);
 }

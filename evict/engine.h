@@ -124,6 +124,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
   // release_all: frees every record's storage; the owner calls it before it goes.
   void release_all();
+  // set_score: from now on candidates are scored by o's beta, beta_max_power and
+  // free_room (the runtime's tuning, Note [Tuning the score] in src/trace/replay.cc).
+  void set_score(const EvictOptions& o);
 
   // ---- the records ----
   const absl::node_hash_map<uint64_t, TensorRecord>& records() const { return records_; }

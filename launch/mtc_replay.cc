@@ -29,6 +29,9 @@ ABSL_FLAG(int, skip, 1, "iterations run but not counted (warm-up), as mtc-train'
 ABSL_FLAG(double, beta, mtc::EvictOptions{}.beta, "policy mtc: beta, the factor per recompute in beta^ret (>= 1)");
 ABSL_FLAG(int, beta_max_power, static_cast<int>(mtc::EvictOptions{}.beta_max_power),
           "policy mtc: the most recomputes beta^ret counts (>= 0)");
+ABSL_FLAG(bool, tune, mtc::EvictOptions{}.tune,
+          "policy mtc: choose the score by replaying the --skip warm-up iterations under each candidate, as the "
+          "runtime does after its first iteration (docs/dte.md, \"Tuning the score\")");
 ABSL_FLAG(std::string, limit, "budget,region",
           "what each --budget limits, one or both, comma-separated: budget (a byte budget m* on the trace's compute "
           "region) | region (the compute region itself that size, no budget: fragmentation can bind)");
@@ -76,6 +79,7 @@ int run() {
     fail(kBadValue, absl::StrCat("--beta_max_power ", absl::GetFlag(FLAGS_beta_max_power), ": expected a count >= 0"));
   }
   ev.beta_max_power = static_cast<uint32_t>(absl::GetFlag(FLAGS_beta_max_power));
+  ev.tune = absl::GetFlag(FLAGS_tune);
   if (absl::GetFlag(FLAGS_max_recomputes_per_op) < 0) {
     fail(kBadValue, absl::StrCat("--max_recomputes_per_op ", absl::GetFlag(FLAGS_max_recomputes_per_op),
                                  ": expected a count >= 0"));
@@ -165,6 +169,7 @@ int run() {
                   r->compute_us > 0 ? 100.0 * r->search_us / (r->compute_us + r->recompute_us + r->swap_us) : 0.0,
                   r->stats.moved_bytes / n / 1048576.0);
       if (!r->error.empty()) std::printf("  stopped: %s\n", r->error.c_str());
+      if (r->tuned) std::printf("  score: %s\n", describe_score(r->score).c_str());
     }
   }
   return 0;

@@ -170,6 +170,9 @@ ABSL_FLAG(std::string, budget, "none",
           "or none (evict only when an allocation does not fit the region)");
 ABSL_FLAG(std::string, evict_policy, "mtc", "DTE: eviction policy: mtc|dtr|lru|largest|capuchin|none");
 ABSL_FLAG(std::string, evict_mode, "both", "DTE: evictions allowed: both|drop|swap");
+ABSL_FLAG(bool, dte_tune, mtc::EvictOptions{}.tune,
+          "DTE, policy mtc: once two iterations are done, replay them under each candidate score (with and without "
+          "beta^ret, DTR's weighting) and keep the one with the least overhead (docs/dte.md, \"Tuning the score\")");
 ABSL_FLAG(FlagText, max_recomputes_per_op, {"16"},
           "DTE: stop an op, naming it, once one tensor has been recomputed this many times to make its inputs "
           "resident (a recompute storm: the budget is too small; 0: never)");
@@ -653,6 +656,11 @@ Flags read_flags() {
     for (const std::string& q : {p, r.tma.problem_path}) {
       if (absl::Status s = cli::check_output_file("tma_problem", q); !s.ok()) fail(kBadValue, std::string(s.message()));
     }
+  }
+  r.evict.tune = absl::GetFlag(FLAGS_dte_tune);
+  if (r.evict.policy != EvictPolicy::kMtc && cli::given("dte_tune")) {
+    fail(kBadValue, absl::StrCat("--dte_tune with --evict_policy ", evict_policy_name(r.evict.policy),
+                                 ": it tunes policy mtc's score; expected --evict_policy mtc"));
   }
   for (const char* name : {"evict_mode", "max_recomputes_per_op"}) {
     if (r.evict.policy == EvictPolicy::kNone && cli::given(name)) {
@@ -1658,6 +1666,12 @@ int run(const Flags& f, Input input) {
         a.hits > 0 ? a.hit_us / static_cast<double>(a.hits) : 0.0,
         a.fitted ? "fitted" : "default", a.families);
     if (f.dtp_report && g_world.rank == 0) std::fputs(dtp::auto_summary(group).c_str(), stdout);
+  }
+  if (f.runtime.evict.policy == EvictPolicy::kMtc) {
+    // DTE's score, tuned after the first two iterations when they evicted anything.
+    absl::StatusOr<std::string> t = rt.interpreter().dte_tuning();
+    if (!t.ok()) iteration_failed(total, t.status());
+    if (!t->empty()) out("dte tuning: %s\n", t->c_str());
   }
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankMemory& m = ranks[r];

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "mtc/status.h"
 #include "trace/chrome_trace.h"
+#include "trace/replay.h"
 #include "trace/trace_writer.h"
 
 namespace mtc {
@@ -73,10 +75,14 @@ Executor::Executor(Device& device, ExecutorOptions o)
                                           .simulate = o.simulate,
                                           .bytes_per_us = o.bytes_per_us,
                                           .trace = trace_ != nullptr}) {
-  if (trace_) {
-    trace_->header(TraceHeader{device_type_name(device_.type()), device_.compute_region().capacity(),
-                               device_.comm_region().capacity(), opts_.budget_bytes, engine_.bytes_per_us()});
+  if (!simulate_ && opts_.policy == EvictPolicy::kMtc && opts_.tune && !opts_.reproducible &&
+      !device_.async_kernels()) {
+    tune_trace_ = TraceWriter::in_memory();  // Note [Tuning the score] in src/trace/replay.cc
   }
+  traced([&](TraceWriter& w) {
+    w.header(TraceHeader{device_type_name(device_.type()), device_.compute_region().capacity(),
+                         device_.comm_region().capacity(), opts_.budget_bytes, engine_.bytes_per_us()});
+  });
   if (chrome_) {
     // Every allocation and free moves its region's counter; the budget is a line of its own.
     for (auto [region, name] : {std::pair{&device_.compute_region(), "compute region"},
@@ -244,7 +250,9 @@ absl::Status Executor::execute(ApplyOp& c) {
   EvictStats& stats = engine_.stats();
   ++stats.ops;
   stats.compute_us += us;
-  if (trace_) trace_->op(op, c.inputs, c.outputs, c.output_descs, us, mutated, c.recomputable, last_scratch_);
+  traced([&](TraceWriter& w) {
+    w.op(op, c.inputs, c.outputs, c.output_descs, us, mutated, c.recomputable, last_scratch_);
+  });
   if (chrome_ && stats.evict_drop + stats.evict_swap != chrome_evictions_) {
     chrome_evictions_ = stats.evict_drop + stats.evict_swap;
     chrome_->counter("evictions", "drop + swap", static_cast<double>(chrome_evictions_));
@@ -375,7 +383,7 @@ absl::Status Executor::execute(Put& c) {
   r.persistent = c.persistent;
   r.last_access = engine_.clock();
   engine_.set_resident(r, block);
-  if (trace_) trace_->put(r.id, r.desc, r.persistent);
+  traced([&](TraceWriter& w) { w.put(r.id, r.desc, r.persistent); });
   chrome_tensors();
   return absl::OkStatus();
 }
@@ -383,7 +391,7 @@ absl::Status Executor::execute(Put& c) {
 absl::Status Executor::execute(Del& c) {
   TensorRecord* r = engine_.find(c.id);
   if (r == nullptr) return absl::OkStatus();  // its op failed: nothing was made
-  if (trace_) trace_->release(c.id);
+  traced([&](TraceWriter& w) { w.release(c.id); });
   engine_.release(*r);  // erased, or kept as a recompute source (Note [Fake delete])
   chrome_tensors();
   return absl::OkStatus();
@@ -392,7 +400,7 @@ absl::Status Executor::execute(Del& c) {
 absl::Status Executor::execute(MakeGradient& c) {
   TensorRecord* r = engine_.find(c.id);
   if (r == nullptr || r->state == StorageState::kMissing) return absl::OkStatus();  // its op failed
-  if (trace_) trace_->gradient(c.id);
+  traced([&](TraceWriter& w) { w.gradient(c.id); });
   MTC_RETURN_IF_ERROR(engine_.ensure_resident(*r));
   engine_.remove_candidate(*r);
   r->persistent = true;
@@ -413,7 +421,10 @@ absl::Status Executor::execute(MakeGradient& c) {
 }
 
 absl::Status Executor::execute(Mark& c) {
-  if (trace_) trace_->mark(c.label, c.index);
+  if (std::string_view(c.label) == "iteration" && ++iteration_marks_ == kScoreTuneIterations + 1 && tune_trace_) {
+    tune_score_now();
+  }
+  traced([&](TraceWriter& w) { w.mark(c.label, c.index); });
   if (chrome_ && std::string_view(c.label) == "iteration") chrome_->instant(absl::StrCat("iteration ", c.index));
   if (tma_) {
     // An iteration boundary: an explicit "iteration" mark, or, for a program that never
@@ -427,12 +438,35 @@ absl::Status Executor::execute(Mark& c) {
   return absl::OkStatus();
 }
 
+// tune_score_now: the first iterations are done; replay them under each candidate score
+// and keep the best (Note [Tuning the score] in src/trace/replay.cc).
+void Executor::tune_score_now() {
+  std::istringstream in(tune_trace_->take_text());
+  tune_trace_.reset();
+  const EvictStats& st = engine_.stats();
+  if (st.evict_drop + st.evict_swap + st.compactions == 0) return;  // nothing evicted: every score alike
+  const auto t0 = Clock::now();
+  absl::StatusOr<Trace> trace = parse_trace(in, "the first iterations' record");
+  absl::StatusOr<ScoreTuning> t = trace.ok() ? tune_score(*trace, opts_, kScoreTuneIterations) : trace.status();
+  tuning_.emplace();
+  tuning_->us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  if (!t.ok()) {  // the given score stays
+    tuning_->error = std::string(t.status().message());
+    return;
+  }
+  engine_.set_score(t->chosen);
+  tuning_->chosen = describe_score(t->chosen);
+  for (const auto& [o, r] : t->tried) {
+    tuning_->tried.push_back({describe_score(o), r.out_of_memory ? -1.0 : r.capped ? -2.0 : r.overhead()});
+  }
+}
+
 absl::Status Executor::execute(GetValue& c) {
   TensorRecord* r = engine_.find(c.id);
   if (r == nullptr || r->state == StorageState::kMissing) {
     return absl::FailedPreconditionError("get_value: the tensor was never produced (an earlier op failed)");
   }
-  if (trace_) trace_->read(c.id);
+  traced([&](TraceWriter& w) { w.read(c.id); });
   MTC_RETURN_IF_ERROR(engine_.ensure_resident(*r));
   MTC_CHECK(c.bytes == r->desc.bytes(), "get_value size mismatch");
   if (simulate_) return absl::OkStatus();

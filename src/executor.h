@@ -31,6 +31,14 @@ namespace mtc {
 class TraceWriter;
 class ChromeTrace;
 
+// ScoreTuningReport: tuning DTE's score, in words for the run's summary.
+struct ScoreTuningReport {
+  std::string chosen;  // describe_score of the score kept; empty when tuning failed
+  std::vector<std::pair<std::string, double>> tried;  // each candidate and its replayed overhead (-1 oom, -2 cap)
+  double us = 0;       // the time the tuning took
+  std::string error;   // why it failed (the given score stayed)
+};
+
 struct ExecutorOptions {
   EvictOptions evict;
   std::shared_ptr<TraceWriter> trace;  // records the op stream when set
@@ -57,6 +65,9 @@ class Executor final : private evict::Host {
   void set_observer(OpObserver f) { observer_ = std::move(f); }
   // close_trace: finishes the trace file and the Chrome trace, those being written.
   absl::Status close_trace();
+  // score_tuning: what tuning DTE's score after the first two iterations found (Note
+  // [Tuning the score] in src/trace/replay.cc); empty until then, or when it did not tune.
+  const std::optional<ScoreTuningReport>& score_tuning() const { return tuning_; }
 
   Device& device() { return device_; }
   const absl::node_hash_map<uint64_t, TensorRecord>& records() const { return engine_.records(); }
@@ -131,6 +142,18 @@ class Executor final : private evict::Host {
   Device& device_;
   EvictOptions opts_;
   std::shared_ptr<TraceWriter> trace_;
+  // tune_trace_: the first kScoreTuneIterations iterations, recorded in memory for tuning
+  // DTE's score; iteration_marks_: the "iteration" marks executed so far.
+  std::shared_ptr<TraceWriter> tune_trace_;
+  int iteration_marks_ = 0;
+  std::optional<ScoreTuningReport> tuning_;
+  void tune_score_now();
+  // traced: f(writer) for the trace file and the in-memory record, those being written.
+  template <class F>
+  void traced(F&& f) {
+    if (trace_) f(*trace_);
+    if (tune_trace_) f(*tune_trace_);
+  }
   std::shared_ptr<ChromeTrace> chrome_;
   // close_chrome: the budget line's last point, the regions' counters unhooked, the file
   // finished (close_trace, the destructor).

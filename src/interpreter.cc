@@ -5,6 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 #include "autograd.h"
 #include "commands.h"
@@ -26,7 +32,8 @@ std::shared_ptr<Interpreter> Interpreter::create(std::shared_ptr<Device> device,
 
 Interpreter::Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts)
     : tracing_(opts.trace != nullptr),
-      marks_(opts.trace != nullptr || opts.tma.enabled || opts.chrome != nullptr),
+      marks_(opts.trace != nullptr || opts.tma.enabled || opts.chrome != nullptr ||
+             (opts.evict.policy == EvictPolicy::kMtc && opts.evict.tune && !opts.evict.reproducible)),
       device_(std::move(device)),
       executor_(std::make_unique<Executor>(*device_, ExecutorOptions{.evict = opts.evict, .trace = opts.trace,
                                                                      .tma = opts.tma, .chrome = opts.chrome})),
@@ -256,6 +263,30 @@ absl::StatusOr<EvictStats> Interpreter::evict_stats() {
   enqueue(Command{Inspect{[&st](Executor& ex) { st = ex.evict_stats(); }, &done}});
   MTC_RETURN_IF_ERROR(f.get());
   return st;
+}
+
+absl::StatusOr<std::string> Interpreter::dte_tuning() {
+  std::string line;
+  std::promise<absl::Status> done;
+  auto f = done.get_future();
+  enqueue(Command{Inspect{[&line](Executor& ex) {
+                            const std::optional<ScoreTuningReport>& t = ex.score_tuning();
+                            if (!t) return;
+                            if (!t->error.empty()) {
+                              line = absl::StrCat("not tuned (", t->error, ")");
+                              return;
+                            }
+                            std::vector<std::string> tried;
+                            for (const auto& [what, overhead] : t->tried) {
+                              tried.push_back(absl::StrCat(what, ": ", overhead == -1 ? "oom" : overhead == -2 ? "cap"
+                                                                       : absl::StrFormat("%.3fx", overhead)));
+                            }
+                            line = absl::StrFormat("kept %s in %.3f s (replayed: %s)", t->chosen, t->us * 1e-6,
+                                                   absl::StrJoin(tried, "; "));
+                          },
+                          &done}});
+  MTC_RETURN_IF_ERROR(f.get());
+  return line;
 }
 
 absl::StatusOr<TmaFigures> Interpreter::tma_stats() {

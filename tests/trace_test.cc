@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "alloc/region.h"
 #include "gtest/gtest.h"
@@ -26,27 +29,50 @@ namespace {
 
 std::string temp_path(const char* name) { return ::testing::TempDir() + name; }
 
-// record: trains resnet20 for `iterations` on a fresh runtime, tracing; returns the peak.
-size_t record(const std::string& path, int iterations) {
-  RuntimeOptions o;
-  o.memory_bytes = size_t{1} << 30;
-  o.num_threads = 2;
-  o.trace_path = path;
+EvictOptions no_eviction() {
+  EvictOptions none;
+  none.policy = EvictPolicy::kNone;
+  return none;
+}
+
+// train_resnet20: `iterations` SGD steps of resnet20 at batch 32 on a runtime made with
+// o, each after an "iteration" mark and at_mark(runtime, it); the runtime and the losses.
+struct Trained {
+  std::unique_ptr<Runtime> rt;
+  std::vector<float> losses;
+};
+Trained train_resnet20(const RuntimeOptions& o, int iterations,
+                       const std::function<void(Runtime&, int)>& at_mark = {}) {
   auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status();
   auto m = models::make_model("resnet20");
   EXPECT_TRUE(m.ok());
   auto opt = optim::Sgd::create(m->net->parameters(), {.lr = 0.05f, .momentum = 0.9f});
   data::SyntheticData src(m->sample_shape, 10, 3);
+  Trained t;
   for (int it = 1; it <= iterations; ++it) {
     (*rt)->interpreter().mark("iteration", it);
+    if (at_mark) at_mark(**rt, it);
     auto loss = models::train_step(*m->net, **opt, data::to_device(src.batch_at(it % 2, 32)));
     EXPECT_TRUE(loss.ok());
-    EXPECT_TRUE(loss->item().ok());
+    absl::StatusOr<float> v = loss.ok() ? loss->item() : loss.status();
+    EXPECT_TRUE(v.ok());
+    t.losses.push_back(v.ok() ? *v : 0.0f);
   }
+  t.rt = std::move(*rt);
+  return t;
+}
+
+// record: trains resnet20 for `iterations` on a fresh runtime, tracing; returns the peak.
+size_t record(const std::string& path, int iterations) {
+  RuntimeOptions o;
+  o.memory_bytes = size_t{1} << 30;
+  o.num_threads = 2;
+  o.trace_path = path;
+  Trained t = train_resnet20(o, iterations);
   EXPECT_FALSE(std::ifstream(path).good()) << "the trace must not appear before it is closed";
-  EXPECT_TRUE((*rt)->interpreter().close_trace().ok());
-  return (*rt)->interpreter().memory_stats()->compute.peak_allocated;
+  EXPECT_TRUE(t.rt->interpreter().close_trace().ok());
+  return t.rt->interpreter().memory_stats()->compute.peak_allocated;
 }
 
 TEST(Trace, RecordsAndReplaysResNet20) {
@@ -120,6 +146,144 @@ TEST(Trace, RecordsAndReplaysResNet20) {
   std::remove(path.c_str());
 }
 
+// Note [Tuning the score]: the candidates, the margin, and replay's use of them.
+TEST(ScoreTuning, KeepsTheLeastOverheadBeyondTheMarginAndReplaysIt) {
+  const std::string path = temp_path("resnet20_tune.jsonl");
+  std::remove(path.c_str());  // a failed run's
+  record(path, 4);
+  auto trace = load_trace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  auto base = replay(*trace, no_eviction(), 2);
+  ASSERT_TRUE(base.ok()) << base.status();
+  for (EvictMode mode : {EvictMode::kDrop, EvictMode::kBoth}) {
+    for (int share : {50, 40}) {
+      EvictOptions given;
+      given.mode = mode;
+      given.budget_bytes = base->peak_bytes * share / 100;
+      auto t = tune_score(*trace, given, 2);
+      ASSERT_TRUE(t.ok()) << t.status();
+      // The given score, the same without beta^ret, DTR's weighting: in that order.
+      ASSERT_EQ(t->tried.size(), 3u);
+      EXPECT_EQ(t->tried[0].first.beta, given.beta);
+      EXPECT_TRUE(t->tried[0].first.free_room);
+      EXPECT_EQ(t->tried[1].first.beta, 1.0);
+      EXPECT_TRUE(t->tried[1].first.free_room);
+      EXPECT_EQ(t->tried[2].first.beta, 1.0);
+      EXPECT_FALSE(t->tried[2].first.free_room);
+      std::vector<ReplayResult> results;
+      for (const auto& [o, r] : t->tried) results.push_back(r);
+      const size_t kept = keep_candidate(results);
+      ASSERT_LT(kept, 3u) << "every candidate ran out of memory at " << share << "%";
+      EXPECT_EQ(t->chosen.beta, t->tried[kept].first.beta);
+      EXPECT_EQ(t->chosen.free_room, t->tried[kept].first.free_room);
+      EXPECT_FALSE(t->chosen.tune);
+      // replay() tunes over its warm-up iterations and replays the whole trace with the
+      // score kept: the same figures as replaying that score untuned.
+      auto tuned = replay(*trace, given, 2);
+      auto plain = replay(*trace, t->chosen, 2);
+      ASSERT_TRUE(tuned.ok() && plain.ok());
+      EXPECT_TRUE(tuned->tuned);
+      EXPECT_FALSE(plain->tuned);
+      EXPECT_EQ(tuned->score.beta, t->chosen.beta);
+      EXPECT_EQ(tuned->score.free_room, t->chosen.free_room);
+      EXPECT_EQ(tuned->overhead(), plain->overhead());
+      EXPECT_EQ(tuned->stats.evict_drop, plain->stats.evict_drop);
+      std::printf("  %s at %d%%: given %.3f, no beta^ret %.3f, DTR's weighting %.3f: kept %zu\n",
+                  evict_mode_name(mode), share, t->tried[0].second.overhead(), t->tried[1].second.overhead(),
+                  t->tried[2].second.overhead(), kept);
+      if (mode == EvictMode::kDrop) {
+        // In drop mode DTR's weighting is the dtr policy's score exactly.
+        EvictOptions dtr = given;
+        dtr.policy = EvictPolicy::kDtr;
+        auto d = replay(*trace, dtr, 2);
+        auto w = replay(*trace, t->tried[2].first, 2);
+        ASSERT_TRUE(d.ok() && w.ok());
+        EXPECT_EQ(w->overhead(), d->overhead());
+        EXPECT_EQ(w->stats.evict_drop, d->stats.evict_drop);
+        EXPECT_EQ(w->stats.recomputes, d->stats.recomputes);
+      }
+    }
+  }
+  // Where every candidate runs out of memory, the given score stays.
+  EvictOptions tiny;
+  tiny.budget_bytes = 64 << 10;
+  auto t = tune_score(*trace, tiny, 2);
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const auto& [o, r] : t->tried) EXPECT_TRUE(r.out_of_memory);
+  EXPECT_EQ(t->chosen.beta, tiny.beta);
+  EXPECT_TRUE(t->chosen.free_room);
+  // Without tuning (or without warm-up iterations to tune on) replay keeps the score.
+  EvictOptions off;
+  off.budget_bytes = base->peak_bytes * 4 / 10;
+  off.tune = false;
+  auto r = replay(*trace, off, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->tuned);
+  off.tune = true;
+  r = replay(*trace, off, 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->tuned);
+  std::remove(path.c_str());
+}
+
+// keep_candidate on made-up replays: DTR's weighting (the last) unless another beats the
+// one kept by more than 2%; never one that failed.
+TEST(ScoreTuning, KeepCandidateWantsAMarginAndASuccess) {
+  auto r = [](double overhead, bool oom = false, bool cap = false) {
+    ReplayResult x;
+    x.compute_us = 100;
+    x.recompute_us = 100 * (overhead - 1);
+    x.out_of_memory = oom;
+    x.capped = cap;
+    return x;
+  };
+  auto keep = [](std::vector<ReplayResult> v) { return keep_candidate(v); };
+  EXPECT_EQ(keep({r(1.30), r(1.30), r(1.30)}), 2u) << "a tie keeps DTR's weighting";
+  EXPECT_EQ(keep({r(1.28), r(1.30), r(1.30)}), 2u) << "1.5% less is within the margin";
+  EXPECT_EQ(keep({r(1.20), r(1.30), r(1.30)}), 0u);
+  EXPECT_EQ(keep({r(1.20), r(1.21), r(1.30)}), 1u) << "the first must beat the second by the margin too";
+  EXPECT_EQ(keep({r(1.10), r(1.21), r(1.30)}), 0u);
+  EXPECT_EQ(keep({r(1.10, true), r(1.21), r(1.30)}), 1u) << "out of memory is never kept";
+  EXPECT_EQ(keep({r(1.10, false, true), r(1.50), r(0, true)}), 1u) << "capped is never kept";
+  EXPECT_EQ(keep({r(1.50), r(0, true), r(0, true)}), 0u);
+  EXPECT_EQ(keep({r(0, true), r(0, true), r(0, true)}), 3u) << "none: the size";
+}
+
+// The runtime tunes once its first two iterations are done, when they evicted anything,
+// and reports it; a reproducible run, or one told not to, keeps its score.
+TEST(ScoreTuning, TheRuntimeTunesAfterTwoIterations) {
+  auto run = [](size_t budget, bool tune, bool reproducible) {
+    RuntimeOptions o;
+    o.memory_bytes = size_t{1} << 30;
+    o.num_threads = 2;
+    o.evict.mode = EvictMode::kDrop;
+    o.evict.budget_bytes = budget;
+    o.evict.tune = tune;
+    o.evict.reproducible = reproducible;
+    std::vector<std::string> lines;
+    Trained t = train_resnet20(o, 4, [&](Runtime& rt, int) {
+      auto line = rt.interpreter().dte_tuning();
+      EXPECT_TRUE(line.ok()) << line.status();
+      lines.push_back(line.ok() ? *line : "");
+    });
+    return std::pair{lines, t.losses};
+  };
+  const size_t budget = 24 << 20;  // about 40% of resnet20's peak at batch 32
+  auto [lines, losses] = run(budget, true, false);
+  EXPECT_EQ(lines[0], "");
+  EXPECT_EQ(lines[1], "");
+  EXPECT_TRUE(absl::StartsWith(lines[2], "kept ")) << lines[2];
+  EXPECT_EQ(lines[3], lines[2]) << "tuned once";
+  EXPECT_NE(lines[2].find("DTR"), std::string::npos) << lines[2];
+  std::printf("  %s\n", lines[2].c_str());
+  // The score decides what is evicted, never a value: the losses of an untuned run.
+  auto [off_lines, off_losses] = run(budget, false, false);
+  EXPECT_EQ(off_lines[3], "");
+  EXPECT_EQ(losses, off_losses);
+  EXPECT_EQ(run(budget, true, true).first[3], "") << "a reproducible run is not tuned";
+  EXPECT_EQ(run(0, true, false).first[3], "") << "nothing evicted: nothing to tune";
+}
+
 TEST(Trace, SharesAndAliasesAreHandles) {
   // A hand-written trace: a view (alias) and a second handle keep the storage until the
   // last of the three handles goes.
@@ -139,9 +303,7 @@ TEST(Trace, SharesAndAliasesAreHandles) {
   }
   auto trace = load_trace(path);
   ASSERT_TRUE(trace.ok()) << trace.status();
-  EvictOptions none;
-  none.policy = EvictPolicy::kNone;
-  auto r = replay(*trace, none, 0);
+  auto r = replay(*trace, no_eviction(), 0);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->error.empty()) << r->error;
   EXPECT_EQ(r->peak_bytes, 2u * 4096) << "the view holds no storage of its own";
@@ -215,12 +377,6 @@ std::vector<std::string> program(int complete, size_t partial) {
   const std::vector<std::string> last = iteration_lines(complete + 1);
   for (size_t i = 0; i < partial && i < last.size(); ++i) lines.push_back(last[i]);
   return lines;
-}
-
-EvictOptions no_eviction() {
-  EvictOptions none;
-  none.policy = EvictPolicy::kNone;
-  return none;
 }
 
 // Note [Regeneration order] in evict/engine.cc: an op's inputs are all pinned before any

@@ -158,6 +158,7 @@ TEST_F(MtcTrain, BadEvictionFlags) {
   expect_bad("--max_recomputes_per_op=-1", "--max_recomputes_per_op '-1'");
   expect_bad("--max_recomputes_per_op=many", "--max_recomputes_per_op 'many'");
   expect_bad("--max_recomputes_per_op=8 --evict_policy=none", "--max_recomputes_per_op with --evict_policy none");
+  expect_bad("--dte_tune=false --evict_policy=dtr", "--dte_tune with --evict_policy dtr");
 }
 TEST_F(MtcTrain, UnknownFlag) {
   expect_bad("--bogus=1", "unknown flag --bogus");

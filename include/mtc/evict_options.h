@@ -26,9 +26,20 @@ struct EvictOptions {
   // evicted later. ret counts at most beta_max_power recomputes, so the factor stays finite
   // (2^1024 overflowed) and a tensor recomputed over and over is not shielded without end.
   // Chosen by replaying ResNet, ViT and GPT traces in drop mode (docs/dte.md): beta 2,
-  // unbounded, made a GPT at 20% of its peak 2.04x against 1.43x.
+  // unbounded, made a GPT at 20% of its peak 2.04x against 1.43x. No fixed setting was at
+  // or below DTR's score on every trace, so the runtime tunes (`tune` below).
   double beta = 1.25;
   uint32_t beta_max_power = 4;
+  // free_room: policy mtc counts the free bytes on either side of a candidate when a
+  // request failed for want of a large enough block (an eviction that merges free blocks
+  // is worth more); false weighs each candidate by its own bytes alone, as DTR does.
+  bool free_room = true;
+  // tune: policy mtc, once the first two iterations are done (at the third "iteration"
+  // mark), the runtime replays them under each of score_candidates() (src/trace/replay.h)
+  // and keeps the score whose replay had the least overhead. Not when `reproducible` (the
+  // replay reads measured times) nor on an asynchronous device (whose op times the record
+  // lacks). Note [Tuning the score] in src/trace/replay.cc.
+  bool tune = true;
   size_t min_candidate_bytes = 16384;  // smaller tensors are never evicted
   size_t sample_above = 400;         // above this many candidates, search a sqrt(n) sample
   // reproducible: score with each op's FLOPs estimate (at 1 GFLOP/s) and a fixed 10 GB/s

@@ -127,7 +127,7 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
   // region when it fits, is never evicted, and the graph it was computed from may go.
   void make_gradient(const Tensor& t);
   // mark: a program boundary for the trace ("iteration", "forward", "backward", "step").
-  // Free when no trace is being recorded.
+  // Free when nothing needs it (no trace, no TMA, DTE's score not tuned).
   void mark(const char* label, int64_t index = 0);
   // close_trace: finishes the trace file and the Chrome trace (renames FILE.partial to
   // FILE); OK without them.
@@ -141,6 +141,9 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
   absl::StatusOr<MemoryStats> memory_stats();
   // evict_stats: synchronises, then reads DTE's totals.
   absl::StatusOr<EvictStats> evict_stats();
+  // dte_tuning: synchronises, then says what tuning DTE's score found, in one line
+  // ("" before the third iteration, or when the score was not tuned: docs/dte.md).
+  absl::StatusOr<std::string> dte_tuning();
   // tma_stats: synchronises, then reads TMA's totals (zero when TMA is off).
   absl::StatusOr<TmaFigures> tma_stats();
   // reset_peak: synchronises, then restarts peak tracking from current use.
@@ -160,7 +163,7 @@ class Interpreter : public std::enable_shared_from_this<Interpreter> {
  private:
   Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts);
   bool tracing_ = false;
-  bool marks_ = false;  // marks are executed: a trace or TMA needs them
+  bool marks_ = false;  // marks are executed: a trace, TMA or DTE's tuning needs them
   void enqueue(Command&& c);
   void worker_loop();
   Tensor make_handle(TensorDesc d);

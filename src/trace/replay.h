@@ -7,8 +7,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <istream>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -56,6 +59,8 @@ struct Trace {
 // tensor id that no earlier line made or that a line released, another format version.
 // Whether the last iteration is complete is decided as docs/trace-format.md says.
 absl::StatusOr<Trace> load_trace(const std::string& path);
+// parse_trace: the same from a stream; errors name `name` where load_trace names the file.
+absl::StatusOr<Trace> parse_trace(std::istream& in, const std::string& name);
 
 struct ReplayResult {
   size_t budget_bytes = 0;  // 0: none
@@ -69,6 +74,10 @@ struct ReplayResult {
   size_t peak_pinned_bytes = 0;  // resident and pinned at once, whole replay
   double total_compute_us = 0;   // every iteration's program ops, counted or not
   EvictStats stats;         // counted iterations
+  // tuned: policy mtc chose its score by replaying the warm-up iterations (Note [Tuning
+  // the score] in replay.cc); score: the one it kept.
+  bool tuned = false;
+  EvictOptions score;
   double overhead() const {
     return compute_us > 0 ? (compute_us + recompute_us + swap_us + move_us) / compute_us : 0;
   }
@@ -77,9 +86,41 @@ struct ReplayResult {
 // replay: runs the trace under `evict` (its budget_bytes is m*; 0: the region's size) on
 // a compute region of region_bytes (0: the trace's). Iterations 1..skip are run but not
 // counted (warm-up, as mtc-train's); a last iteration the trace ends inside is not run.
-// Running out of memory, or past evict.max_overhead_us, is a result, not an error; a
-// trace that names unknown tensors is an error naming the event's line.
+// Under policy mtc with evict.tune (and not reproducible) and skip >= 1, the score is
+// first tuned over iterations 1..skip (tune_score) and the whole trace replayed under the
+// one kept. Running out of memory, or past evict.max_overhead_us, is a result, not an
+// error; a trace that names unknown tensors is an error naming the event's line.
 absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip,
                                     size_t region_bytes = 0);
+
+// score_candidates: the scores tuning tries, given first: given, given without beta^ret,
+// and DTR's weighting (no beta^ret, no free neighbours); duplicates left out; tune off.
+std::vector<EvictOptions> score_candidates(const EvictOptions& given);
+
+// kScoreTuneIterations: the runtime tunes its score once this many iterations are done.
+// The first alone did not foretell the rest: the optimizer's state appears at its end, and a score
+// that trained ViT-tiny's first iteration at 20% of its peak ran out of memory in the
+// second (docs/dte.md, "Tuning the score").
+inline constexpr int kScoreTuneIterations = 2;
+
+struct ScoreTuning {
+  EvictOptions chosen;  // the candidate keep_candidate picked (given when all failed)
+  std::vector<std::pair<EvictOptions, ReplayResult>> tried;  // in score_candidates' order
+};
+
+// keep_candidate: the index tune_score keeps among replays of score_candidates' order:
+// the last (DTR's weighting) unless an earlier one replayed more than 2% less overhead
+// than the one kept after it; a replay out of memory or capped is never kept; tried.size()
+// when every one was.
+size_t keep_candidate(std::span<const ReplayResult> tried);
+
+// tune_score: replays iterations 1..iterations of trace, counting the last, under each of
+// score_candidates(given) and keeps the one keep_candidate picks (given, tune off, when
+// every one ran out of memory or passed the cap). Note [Tuning the score]
+absl::StatusOr<ScoreTuning> tune_score(const Trace& trace, const EvictOptions& given, int iterations,
+                                       size_t region_bytes = 0);
+
+// describe_score: "beta 1.25^min(ret, 4), free neighbours counted" and the like.
+std::string describe_score(const EvictOptions& o);
 
 }  // namespace mtc

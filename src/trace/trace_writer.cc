@@ -46,11 +46,21 @@ absl::StatusOr<std::shared_ptr<TraceWriter>> TraceWriter::open(const std::string
   return std::shared_ptr<TraceWriter>(new TraceWriter(path, f));
 }
 
+std::shared_ptr<TraceWriter> TraceWriter::in_memory() {
+  std::shared_ptr<TraceWriter> w(new TraceWriter("", nullptr));
+  w->in_memory_ = true;
+  return w;
+}
+
 TraceWriter::~TraceWriter() {
   if (f_ != nullptr) std::fclose(f_);
 }
 
 void TraceWriter::line(const std::string& s) {
+  if (in_memory_) {
+    absl::StrAppend(&text_, s, "\n");
+    return;
+  }
   if (f_ == nullptr) return;
   if (std::fputs(s.c_str(), f_) < 0 || std::fputc('\n', f_) == EOF) failed_ = true;
 }

@@ -33,6 +33,9 @@ class TraceWriter {
  public:
   // open: creates PATH.partial; fails naming the path and the system's reason.
   static absl::StatusOr<std::shared_ptr<TraceWriter>> open(const std::string& path);
+  // in_memory: a writer that keeps its lines in a string (take_text) instead of a file:
+  // the runtime's record of its first iteration for tuning DTE's score.
+  static std::shared_ptr<TraceWriter> in_memory();
   ~TraceWriter();  // an unclosed trace stays PATH.partial
 
   void header(const TraceHeader& h);
@@ -49,12 +52,16 @@ class TraceWriter {
   // close: flushes and renames PATH.partial to PATH. Idempotent.
   absl::Status close();
   const std::string& path() const { return path_; }
+  // take_text: an in-memory writer's lines so far, which it then forgets.
+  std::string take_text() { return std::move(text_); }
 
  private:
   TraceWriter(std::string path, std::FILE* f) : path_(std::move(path)), f_(f) {}
   void line(const std::string& s);
   std::string path_;
   std::FILE* f_;
+  bool in_memory_ = false;
+  std::string text_;  // in_memory_: the lines written
   bool failed_ = false;
 };
 
