@@ -583,11 +583,12 @@ absl::StatusOr<ReplayResult> replay_events(const Trace& trace, const EvictOption
 // a fraction of a second on the engine it runs. So it does: it records its first
 // kScoreTuneIterations iterations in memory, replays them under each candidate score at
 // its own budget and region, counting the last (the first is unlike the rest: the
-// optimizer's state appears at its end), and keeps the candidate with the least overhead.
-// A candidate that runs out of memory or passes the cap in any of them loses. The
-// candidates are the given score, the same without beta^ret, and DTR's weighting (neither
-// term), which in drop mode scores exactly as the dtr policy does; DTR's weighting is kept
-// unless another beats it by kTuneMargin. So wherever the tuning iteration foretells the
+// optimizer's state appears at its end), and keeps the one that replayed least overhead,
+// by a margin. The candidates are the given score, the same without beta^ret, and DTR's
+// weighting (neither term), which in drop mode scores exactly as the dtr policy does.
+// DTR's weighting is kept unless another replays less overhead by more than kTuneMargin
+// (keep_candidate); a candidate that runs out of memory or passes the cap in any of the
+// replayed iterations is never kept. So wherever the tuning iteration foretells the
 // rest, the tuned score is at or below DTR's. Where fragmentation binds (the region as the
 // limit, drop mode) it does not always: the same score's overhead moved from 1.42x in a
 // GPT's second iteration to 1.96x in its third and fourth. mtc-replay does the same over
