@@ -31,7 +31,7 @@ ABSL_FLAG(int, beta_max_power, static_cast<int>(mtc::EvictOptions{}.beta_max_pow
           "policy mtc: the most recomputes beta^ret counts (>= 0)");
 ABSL_FLAG(bool, tune, mtc::EvictOptions{}.tune,
           "policy mtc: choose the score by replaying the --skip warm-up iterations under each candidate, as the "
-          "runtime does after its first iteration (docs/dte.md, \"Tuning the score\")");
+          "runtime does after its first two (docs/dte.md, \"Tuning the score\")");
 ABSL_FLAG(std::string, limit, "budget,region",
           "what each --budget limits, one or both, comma-separated: budget (a byte budget m* on the trace's compute "
           "region) | region (the compute region itself that size, no budget: fragmentation can bind)");

@@ -172,7 +172,8 @@ ABSL_FLAG(std::string, evict_policy, "mtc", "DTE: eviction policy: mtc|dtr|lru|l
 ABSL_FLAG(std::string, evict_mode, "both", "DTE: evictions allowed: both|drop|swap");
 ABSL_FLAG(bool, dte_tune, mtc::EvictOptions{}.tune,
           "DTE, policy mtc: once two iterations are done, replay them under each candidate score (with and without "
-          "beta^ret, DTR's weighting) and keep the one with the least overhead (docs/dte.md, \"Tuning the score\")");
+          "beta^ret, DTR's weighting) and keep DTR's weighting unless another replays 2% less overhead (docs/dte.md, "
+          "\"Tuning the score\")");
 ABSL_FLAG(FlagText, max_recomputes_per_op, {"16"},
           "DTE: stop an op, naming it, once one tensor has been recomputed this many times to make its inputs "
           "resident (a recompute storm: the budget is too small; 0: never)");

@@ -36,9 +36,10 @@ struct EvictOptions {
   bool free_room = true;
   // tune: policy mtc, once the first two iterations are done (at the third "iteration"
   // mark), the runtime replays them under each of score_candidates() (src/trace/replay.h)
-  // and keeps the score whose replay had the least overhead. Not when `reproducible` (the
-  // replay reads measured times) nor on an asynchronous device (whose op times the record
-  // lacks). Note [Tuning the score] in src/trace/replay.cc.
+  // and keeps DTR's weighting unless another replayed less overhead by more than 2%, and
+  // never one that ran out of memory. Not when `reproducible` (the replay reads measured
+  // times) nor on an asynchronous device (whose op times the record lacks). Note [Tuning
+  // the score] in src/trace/replay.cc.
   bool tune = true;
   size_t min_candidate_bytes = 16384;  // smaller tensors are never evicted
   size_t sample_above = 400;         // above this many candidates, search a sqrt(n) sample
