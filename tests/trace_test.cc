@@ -29,6 +29,7 @@ namespace {
 
 std::string temp_path(const char* name) { return ::testing::TempDir() + name; }
 
+// no_eviction: policy none, the unlimited replay that budgets as a share of the peak need.
 EvictOptions no_eviction() {
   EvictOptions none;
   none.policy = EvictPolicy::kNone;
