@@ -75,8 +75,7 @@ Executor::Executor(Device& device, ExecutorOptions o)
                                           .simulate = o.simulate,
                                           .bytes_per_us = o.bytes_per_us,
                                           .trace = trace_ != nullptr}) {
-  if (!simulate_ && opts_.policy == EvictPolicy::kMtc && opts_.tune && !opts_.reproducible &&
-      !device_.async_kernels()) {
+  if (!simulate_ && tunes_score(opts_) && !device_.async_kernels()) {
     tune_trace_ = TraceWriter::in_memory();  // Note [Tuning the score] in src/trace/replay.cc
   }
   traced([&](TraceWriter& w) {
@@ -448,17 +447,12 @@ void Executor::tune_score_now() {
   const auto t0 = Clock::now();
   absl::StatusOr<Trace> trace = parse_trace(in, "the first iterations' record");
   absl::StatusOr<ScoreTuning> t = trace.ok() ? tune_score(*trace, opts_, kScoreTuneIterations) : trace.status();
-  tuning_.emplace();
-  tuning_->us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   if (!t.ok()) {  // the given score stays
-    tuning_->error = std::string(t.status().message());
+    tuning_ = absl::StrCat("not tuned (", t.status().message(), ")");
     return;
   }
   engine_.set_score(t->chosen);
-  tuning_->chosen = describe_score(t->chosen);
-  for (const auto& [o, r] : t->tried) {
-    tuning_->tried.push_back({describe_score(o), r.out_of_memory ? -1.0 : r.capped ? -2.0 : r.overhead()});
-  }
+  tuning_ = describe_tuning(*t, us_since(t0) * 1e-6);
 }
 
 absl::Status Executor::execute(GetValue& c) {

@@ -31,14 +31,6 @@ namespace mtc {
 class TraceWriter;
 class ChromeTrace;
 
-// ScoreTuningReport: tuning DTE's score, in words for the run's summary.
-struct ScoreTuningReport {
-  std::string chosen;  // describe_score of the score kept; empty when tuning failed
-  std::vector<std::pair<std::string, double>> tried;  // each candidate and its replayed overhead (-1 oom, -2 cap)
-  double us = 0;       // the time the tuning took
-  std::string error;   // why it failed (the given score stayed)
-};
-
 struct ExecutorOptions {
   EvictOptions evict;
   std::shared_ptr<TraceWriter> trace;  // records the op stream when set
@@ -65,9 +57,10 @@ class Executor final : private evict::Host {
   void set_observer(OpObserver f) { observer_ = std::move(f); }
   // close_trace: finishes the trace file and the Chrome trace, those being written.
   absl::Status close_trace();
-  // score_tuning: what tuning DTE's score after the first two iterations found (Note
-  // [Tuning the score] in src/trace/replay.cc); empty until then, or when it did not tune.
-  const std::optional<ScoreTuningReport>& score_tuning() const { return tuning_; }
+  // score_tuning: what tuning DTE's score after the first two iterations found, in one
+  // line (describe_tuning; Note [Tuning the score] in src/trace/replay.cc); "" until then,
+  // or when it did not tune.
+  const std::string& score_tuning() const { return tuning_; }
 
   Device& device() { return device_; }
   const absl::node_hash_map<uint64_t, TensorRecord>& records() const { return engine_.records(); }
@@ -146,7 +139,7 @@ class Executor final : private evict::Host {
   // DTE's score; iteration_marks_: the "iteration" marks executed so far.
   std::shared_ptr<TraceWriter> tune_trace_;
   int iteration_marks_ = 0;
-  std::optional<ScoreTuningReport> tuning_;
+  std::string tuning_;
   void tune_score_now();
   // traced: f(writer) for the trace file and the in-memory record, those being written.
   template <class F>

@@ -6,11 +6,6 @@
 #include <cstring>
 #include <future>
 #include <string>
-#include <vector>
-
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 
 #include "autograd.h"
 #include "commands.h"
@@ -18,6 +13,7 @@
 #include "dist/dtp.h"
 #include "executor.h"
 #include "mtc/status.h"
+#include "trace/replay.h"
 
 namespace mtc {
 
@@ -32,8 +28,7 @@ std::shared_ptr<Interpreter> Interpreter::create(std::shared_ptr<Device> device,
 
 Interpreter::Interpreter(std::shared_ptr<Device> device, InterpreterOptions opts)
     : tracing_(opts.trace != nullptr),
-      marks_(opts.trace != nullptr || opts.tma.enabled || opts.chrome != nullptr ||
-             (opts.evict.policy == EvictPolicy::kMtc && opts.evict.tune && !opts.evict.reproducible)),
+      marks_(opts.trace != nullptr || opts.tma.enabled || opts.chrome != nullptr || tunes_score(opts.evict)),
       device_(std::move(device)),
       executor_(std::make_unique<Executor>(*device_, ExecutorOptions{.evict = opts.evict, .trace = opts.trace,
                                                                      .tma = opts.tma, .chrome = opts.chrome})),
@@ -269,22 +264,7 @@ absl::StatusOr<std::string> Interpreter::dte_tuning() {
   std::string line;
   std::promise<absl::Status> done;
   auto f = done.get_future();
-  enqueue(Command{Inspect{[&line](Executor& ex) {
-                            const std::optional<ScoreTuningReport>& t = ex.score_tuning();
-                            if (!t) return;
-                            if (!t->error.empty()) {
-                              line = absl::StrCat("not tuned (", t->error, ")");
-                              return;
-                            }
-                            std::vector<std::string> tried;
-                            for (const auto& [what, overhead] : t->tried) {
-                              tried.push_back(absl::StrCat(what, ": ", overhead == -1 ? "oom" : overhead == -2 ? "cap"
-                                                                       : absl::StrFormat("%.3fx", overhead)));
-                            }
-                            line = absl::StrFormat("kept %s in %.3f s (replayed: %s)", t->chosen, t->us * 1e-6,
-                                                   absl::StrJoin(tried, "; "));
-                          },
-                          &done}});
+  enqueue(Command{Inspect{[&line](Executor& ex) { line = ex.score_tuning(); }, &done}});
   MTC_RETURN_IF_ERROR(f.get());
   return line;
 }

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "commands.h"
 #include "device.h"
@@ -614,17 +615,18 @@ size_t keep_candidate(std::span<const ReplayResult> tried) {
   return kept;
 }
 
+namespace {
+// The factor per recompute a score applies: 1 without beta^ret.
+double beta_of(const EvictOptions& o) { return o.beta_max_power == 0 ? 1.0 : o.beta; }
+}  // namespace
+
 std::vector<EvictOptions> score_candidates(const EvictOptions& given) {
   std::vector<EvictOptions> c{given};
   auto add = [&](double beta, bool room) {
     EvictOptions o = given;
     o.beta = beta;
     o.free_room = room;
-    auto same = [&](const EvictOptions& x) {
-      const bool no_factor = x.beta == 1.0 || x.beta_max_power == 0;
-      const bool o_no_factor = o.beta == 1.0 || o.beta_max_power == 0;
-      return x.free_room == o.free_room && (no_factor ? o_no_factor : x.beta == o.beta);
-    };
+    auto same = [&](const EvictOptions& x) { return x.free_room == room && beta_of(x) == beta_of(o); };
     if (std::none_of(c.begin(), c.end(), same)) c.push_back(o);
   };
   add(1.0, given.free_room);
@@ -651,15 +653,23 @@ absl::StatusOr<ScoreTuning> tune_score(const Trace& trace, const EvictOptions& g
 
 std::string describe_score(const EvictOptions& o) {
   if (o.policy != EvictPolicy::kMtc) return evict_policy_name(o.policy);
-  const std::string factor =
-      o.beta == 1.0 || o.beta_max_power == 0 ? "no beta^ret"
-                                             : absl::StrCat("beta ", o.beta, "^min(ret, ", o.beta_max_power, ")");
-  if (factor == "no beta^ret" && !o.free_room) return "DTR's weighting (no beta^ret, own bytes only)";
-  return absl::StrCat(factor, o.free_room ? ", free neighbours counted" : ", own bytes only");
+  const bool factor = beta_of(o) != 1.0;
+  if (!factor && !o.free_room) return "DTR's weighting (no beta^ret, own bytes only)";
+  return absl::StrCat(factor ? absl::StrCat("beta ", o.beta, "^min(ret, ", o.beta_max_power, ")") : "no beta^ret",
+                      o.free_room ? ", free neighbours counted" : ", own bytes only");
+}
+
+std::string describe_tuning(const ScoreTuning& t, double sec) {
+  std::vector<std::string> tried;
+  for (const auto& [o, r] : t.tried) {
+    tried.push_back(absl::StrCat(describe_score(o), ": ",
+                                 r.out_of_memory ? "oom" : r.capped ? "cap" : absl::StrFormat("%.3fx", r.overhead())));
+  }
+  return absl::StrFormat("kept %s in %.3f s (replayed: %s)", describe_score(t.chosen), sec, absl::StrJoin(tried, "; "));
 }
 
 absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip, size_t region_bytes) {
-  if (evict.policy != EvictPolicy::kMtc || !evict.tune || evict.reproducible || skip < 1) {
+  if (!tunes_score(evict) || skip < 1) {
     return replay_events(trace, evict, skip, region_bytes, 0);
   }
   MTC_ASSIGN_OR_RETURN(ScoreTuning t, tune_score(trace, evict, skip, region_bytes));

@@ -123,4 +123,14 @@ absl::StatusOr<ScoreTuning> tune_score(const Trace& trace, const EvictOptions& g
 // describe_score: "beta 1.25^min(ret, 4), free neighbours counted" and the like.
 std::string describe_score(const EvictOptions& o);
 
+// describe_tuning: the one line mtc-train prints: "kept SCORE in S s (replayed: SCORE:
+// 1.187x; SCORE: oom; ...)", sec being the time the tuning took.
+std::string describe_tuning(const ScoreTuning& t, double sec);
+
+// tunes_score: whether policy o tunes its score (policy mtc, tune on, not reproducible:
+// the replay reads measured times). The runtime also needs a synchronous device.
+inline bool tunes_score(const EvictOptions& o) {
+  return o.policy == EvictPolicy::kMtc && o.tune && !o.reproducible;
+}
+
 }  // namespace mtc
