@@ -35,6 +35,7 @@ Engine::Engine(Host& host, const EngineOptions& o)
 }
 
 void Engine::set_score(const EvictOptions& o) {
+  opts_.policy = o.policy;
   opts_.beta = o.beta;
   opts_.beta_max_power = o.beta_max_power;
   opts_.free_room = o.free_room;

@@ -124,7 +124,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
   // release_all: frees every record's storage; the owner calls it before it goes.
   void release_all();
-  // set_score: from now on candidates are scored by o's beta, beta_max_power and
+  // set_score: from now on candidates are scored by o's policy, beta, beta_max_power and
   // free_room (the runtime's tuning, Note [Tuning the score] in src/trace/replay.cc).
   void set_score(const EvictOptions& o);
 

@@ -169,7 +169,7 @@ int run() {
                   r->compute_us > 0 ? 100.0 * r->search_us / (r->compute_us + r->recompute_us + r->swap_us) : 0.0,
                   r->stats.moved_bytes / n / 1048576.0);
       if (!r->error.empty()) std::printf("  stopped: %s\n", r->error.c_str());
-      if (r->tuned) std::printf("  score: %s\n", describe_score(r->score).c_str());
+      if (r->tuned) std::printf("  score: %s\n", r->tuning.c_str());
     }
   }
   return 0;

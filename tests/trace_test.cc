@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "alloc/region.h"
 #include "gtest/gtest.h"
+#include "op_def.h"
 #include "mtc/data.h"
 #include "mtc/models.h"
 #include "mtc/runtime.h"
@@ -163,21 +164,27 @@ TEST(ScoreTuning, KeepsTheLeastOverheadBeyondTheMarginAndReplaysIt) {
       given.budget_bytes = base->peak_bytes * share / 100;
       auto t = tune_score(*trace, given, 2);
       ASSERT_TRUE(t.ok()) << t.status();
-      // The given score, the same without beta^ret, DTR's weighting: in that order.
-      ASSERT_EQ(t->tried.size(), 3u);
-      EXPECT_EQ(t->tried[0].first.beta, given.beta);
-      EXPECT_TRUE(t->tried[0].first.free_room);
-      EXPECT_EQ(t->tried[1].first.beta, 1.0);
-      EXPECT_TRUE(t->tried[1].first.free_room);
-      EXPECT_EQ(t->tried[2].first.beta, 1.0);
-      EXPECT_FALSE(t->tried[2].first.free_room);
-      std::vector<ReplayResult> results;
-      for (const auto& [o, r] : t->tried) results.push_back(r);
-      const size_t kept = keep_candidate(results);
-      ASSERT_LT(kept, 3u) << "every candidate ran out of memory at " << share << "%";
-      EXPECT_EQ(t->chosen.beta, t->tried[kept].first.beta);
-      EXPECT_EQ(t->chosen.free_room, t->tried[kept].first.free_room);
+      // The given score, the same without beta^ret, DTR's weighting, and with swaps
+      // allowed the dtr policy: in that order, each replayed on the trace and its copies.
+      const size_t n = mode == EvictMode::kDrop ? 3 : 4;
+      ASSERT_EQ(t->tried.size(), n);
+      EXPECT_EQ(t->tried[0].score.beta, given.beta);
+      EXPECT_TRUE(t->tried[0].score.free_room);
+      EXPECT_EQ(t->tried[1].score.beta, 1.0);
+      EXPECT_TRUE(t->tried[1].score.free_room);
+      EXPECT_EQ(t->tried[2].score.beta, 1.0);
+      EXPECT_FALSE(t->tried[2].score.free_room);
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(t->tried[i].score.policy, i < 3 ? EvictPolicy::kMtc : EvictPolicy::kDtr);
+        EXPECT_EQ(t->tried[i].replays.size(), 1u + kTuneVariants);
+      }
+      const size_t kept = keep_candidate(t->tried);
+      ASSERT_LT(kept, n) << "every candidate ran out of memory at " << share << "%";
+      EXPECT_EQ(t->chosen.policy, t->tried[kept].score.policy);
+      EXPECT_EQ(t->chosen.beta, t->tried[kept].score.beta);
+      EXPECT_EQ(t->chosen.free_room, t->tried[kept].score.free_room);
       EXPECT_FALSE(t->chosen.tune);
+
       // replay() tunes over its warm-up iterations and replays the whole trace with the
       // score kept: the same figures as replaying that score untuned.
       auto tuned = replay(*trace, given, 2);
@@ -185,19 +192,18 @@ TEST(ScoreTuning, KeepsTheLeastOverheadBeyondTheMarginAndReplaysIt) {
       ASSERT_TRUE(tuned.ok() && plain.ok());
       EXPECT_TRUE(tuned->tuned);
       EXPECT_FALSE(plain->tuned);
+      EXPECT_EQ(tuned->score.policy, t->chosen.policy);
       EXPECT_EQ(tuned->score.beta, t->chosen.beta);
       EXPECT_EQ(tuned->score.free_room, t->chosen.free_room);
       EXPECT_EQ(tuned->overhead(), plain->overhead());
       EXPECT_EQ(tuned->stats.evict_drop, plain->stats.evict_drop);
-      std::printf("  %s at %d%%: given %.3f, no beta^ret %.3f, DTR's weighting %.3f: kept %zu\n",
-                  evict_mode_name(mode), share, t->tried[0].second.overhead(), t->tried[1].second.overhead(),
-                  t->tried[2].second.overhead(), kept);
+      std::printf("  %s at %d%%: %s\n", evict_mode_name(mode), share, describe_tuning(*t, 0).c_str());
       if (mode == EvictMode::kDrop) {
         // In drop mode DTR's weighting is the dtr policy's score exactly.
         EvictOptions dtr = given;
         dtr.policy = EvictPolicy::kDtr;
         auto d = replay(*trace, dtr, 2);
-        auto w = replay(*trace, t->tried[2].first, 2);
+        auto w = replay(*trace, t->tried[2].score, 2);
         ASSERT_TRUE(d.ok() && w.ok());
         EXPECT_EQ(w->overhead(), d->overhead());
         EXPECT_EQ(w->stats.evict_drop, d->stats.evict_drop);
@@ -210,7 +216,7 @@ TEST(ScoreTuning, KeepsTheLeastOverheadBeyondTheMarginAndReplaysIt) {
   tiny.budget_bytes = 64 << 10;
   auto t = tune_score(*trace, tiny, 2);
   ASSERT_TRUE(t.ok()) << t.status();
-  for (const auto& [o, r] : t->tried) EXPECT_TRUE(r.out_of_memory);
+  for (const TunedCandidate& c : t->tried) EXPECT_EQ(c.failed(), 1 + kTuneVariants);
   EXPECT_EQ(t->chosen.beta, tiny.beta);
   EXPECT_TRUE(t->chosen.free_room);
   // Without tuning (or without warm-up iterations to tune on) replay keeps the score.
@@ -227,9 +233,9 @@ TEST(ScoreTuning, KeepsTheLeastOverheadBeyondTheMarginAndReplaysIt) {
   std::remove(path.c_str());
 }
 
-// keep_candidate on made-up replays: DTR's weighting (the last) unless another beats the
-// one kept by more than 2%; never one that failed.
-TEST(ScoreTuning, KeepCandidateWantsAMarginAndASuccess) {
+// keep_candidate on made-up replays: the last unless another beats the one kept, by more
+// than 2% on the mean and in all copies but one; of those that failed in the fewest copies.
+TEST(ScoreTuning, KeepCandidateWantsAMarginInMostCopiesAndTheFewestFailures) {
   auto r = [](double overhead, bool oom = false, bool cap = false) {
     ReplayResult x;
     x.compute_us = 100;
@@ -238,16 +244,79 @@ TEST(ScoreTuning, KeepCandidateWantsAMarginAndASuccess) {
     x.capped = cap;
     return x;
   };
-  auto keep = [](std::vector<ReplayResult> v) { return keep_candidate(v); };
-  EXPECT_EQ(keep({r(1.30), r(1.30), r(1.30)}), 2u) << "a tie keeps DTR's weighting";
-  EXPECT_EQ(keep({r(1.28), r(1.30), r(1.30)}), 2u) << "1.5% less is within the margin";
-  EXPECT_EQ(keep({r(1.20), r(1.30), r(1.30)}), 0u);
-  EXPECT_EQ(keep({r(1.20), r(1.21), r(1.30)}), 1u) << "the first must beat the second by the margin too";
-  EXPECT_EQ(keep({r(1.10), r(1.21), r(1.30)}), 0u);
-  EXPECT_EQ(keep({r(1.10, true), r(1.21), r(1.30)}), 1u) << "out of memory is never kept";
-  EXPECT_EQ(keep({r(1.10, false, true), r(1.50), r(0, true)}), 1u) << "capped is never kept";
-  EXPECT_EQ(keep({r(1.50), r(0, true), r(0, true)}), 0u);
-  EXPECT_EQ(keep({r(0, true), r(0, true), r(0, true)}), 3u) << "none: the size";
+  constexpr double F = -1;  // a failed replay (out of memory)
+  // c: a candidate whose copies replayed these overheads (F: failed).
+  auto c = [&](std::vector<double> overheads) {
+    TunedCandidate t;
+    for (double o : overheads) t.replays.push_back(o == F ? r(0, true) : r(o));
+    return t;
+  };
+  auto keep = [](std::vector<TunedCandidate> v) { return keep_candidate(v); };
+  // One copy each: the margin on the mean.
+  EXPECT_EQ(keep({c({1.30}), c({1.30}), c({1.30})}), 2u) << "a tie keeps the last";
+  EXPECT_EQ(keep({c({1.28}), c({1.30}), c({1.30})}), 2u) << "1.5% less is within the margin";
+  EXPECT_EQ(keep({c({1.20}), c({1.30}), c({1.30})}), 0u);
+  EXPECT_EQ(keep({c({1.20}), c({1.21}), c({1.30})}), 1u) << "the first must beat the second by the margin too";
+  EXPECT_EQ(keep({c({1.10}), c({1.21}), c({1.30})}), 0u);
+  EXPECT_EQ(keep({c({F}), c({1.21}), c({1.30})}), 1u) << "out of memory is never kept";
+  {
+    std::vector<TunedCandidate> v{c({1.10}), c({1.50}), c({F})};
+    v[0].replays[0].capped = true;
+    EXPECT_EQ(keep_candidate(v), 1u) << "capped is never kept";
+  }
+  EXPECT_EQ(keep({c({1.50}), c({F}), c({F})}), 0u);
+  EXPECT_EQ(keep({c({F}), c({F}), c({F})}), 3u) << "none: the size";
+  // Five copies, paired: a lower mean wins only if it is lower in four of the five.
+  const std::vector<double> dtr{1.29, 1.29, 1.30, 1.27, 1.30};
+  EXPECT_EQ(keep({c({1.20, 1.20, 1.20, 1.33, 1.20}), c(dtr)}), 0u) << "one copy lost";
+  EXPECT_EQ(keep({c({1.20, 1.20, 1.20, 1.33, 1.31}), c(dtr)}), 1u) << "two copies lost";
+  EXPECT_EQ(keep({c({1.28, 1.28, 1.29, 1.26, 1.29}), c(dtr)}), 1u) << "every copy won, the mean within 2%";
+  EXPECT_EQ(keep({c({1.00, 1.00, 1.00, 1.00, 1.20}), c({1.10, 1.10, 1.10, 1.10, 1.10})}), 0u);
+  // Failures: only the candidates with the fewest compete; a copy the other failed is won.
+  EXPECT_EQ(keep({c({1.10, 1.10, F, 1.10, 1.10}), c(dtr)}), 1u) << "failed in one copy, the other in none";
+  EXPECT_EQ(keep({c({1.10, 1.10, 1.10, 1.10, 1.10}), c({F, 1.30, 1.30, 1.30, 1.30})}), 0u);
+  EXPECT_EQ(keep({c({1.10, F, 1.10, 1.10, 1.10}), c({F, 1.30, 1.30, 1.30, 1.30})}), 1u)
+      << "as many failures each: failing where the other trained is no win";
+  EXPECT_EQ(keep({c({1.10, 1.10, F, 1.10, 1.10}), c({1.20, 1.20, F, 1.30, 1.30})}), 0u) << "both failed: neither";
+}
+
+// jittered: every op's time scaled within ±amp, by a seeded draw; nothing else moves.
+TEST(ScoreTuning, JitteredCopiesScaleOpTimesAndNothingElse) {
+  const std::string path = temp_path("resnet20_jitter.jsonl");
+  std::remove(path.c_str());
+  record(path, 2);
+  auto trace = load_trace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const Trace a = jittered(*trace, 0.1, 1), b = jittered(*trace, 0.1, 1), d = jittered(*trace, 0.1, 2);
+  ASSERT_EQ(a.events.size(), trace->events.size());
+  size_t ops = 0, moved = 0, differ = 0;
+  for (size_t k = 0; k < trace->events.size(); ++k) {
+    const TraceEvent &e = trace->events[k], &x = a.events[k];
+    ASSERT_EQ(x.kind, e.kind);
+    EXPECT_EQ(x.in, e.in);
+    EXPECT_EQ(x.out, e.out);
+    if (e.kind != TraceEvent::Kind::kOp) continue;
+    ++ops;
+    EXPECT_STREQ(x.op->name(), e.op->name());
+    EXPECT_EQ(x.op->num_outputs(), e.op->num_outputs());
+    const double us = e.op->recorded_us(), j = x.op->recorded_us();
+    EXPECT_GE(j, us * 0.9 - 1e-9);
+    EXPECT_LE(j, us * 1.1 + 1e-9);
+    if (j != us) ++moved;
+    EXPECT_EQ(j, b.events[k].op->recorded_us()) << "the same seed, the same copy";
+    if (d.events[k].op->recorded_us() != j) ++differ;
+  }
+  ASSERT_GT(ops, 100u);
+  EXPECT_GT(moved, ops * 9 / 10);
+  EXPECT_GT(differ, ops * 9 / 10) << "another seed, another copy";
+  // The copy replays: the same tensors, other times.
+  auto base = replay(*trace, no_eviction(), 1);
+  auto copy = replay(a, no_eviction(), 1);
+  ASSERT_TRUE(base.ok() && copy.ok());
+  EXPECT_EQ(copy->peak_bytes, base->peak_bytes);
+  EXPECT_NE(copy->compute_us, base->compute_us);
+  EXPECT_NEAR(copy->compute_us, base->compute_us, 0.1 * base->compute_us);
+  std::remove(path.c_str());
 }
 
 // The runtime tunes once its first two iterations are done, when they evicted anything,

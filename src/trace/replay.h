@@ -75,9 +75,11 @@ struct ReplayResult {
   double total_compute_us = 0;   // every iteration's program ops, counted or not
   EvictStats stats;         // counted iterations
   // tuned: policy mtc chose its score by replaying the warm-up iterations (Note [Tuning
-  // the score] in replay.cc); score: the one it kept.
+  // the score] in replay.cc); score: the one it kept; tuning: what each candidate replayed
+  // (describe_tuning's line, as mtc-train prints it).
   bool tuned = false;
   EvictOptions score;
+  std::string tuning;
   double overhead() const {
     return compute_us > 0 ? (compute_us + recompute_us + swap_us + move_us) / compute_us : 0;
   }
@@ -94,7 +96,9 @@ absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evic
                                     size_t region_bytes = 0);
 
 // score_candidates: the scores tuning tries, given first: given, given without beta^ret,
-// and DTR's weighting (no beta^ret, no free neighbours); duplicates left out; tune off.
+// DTR's weighting (no beta^ret, no free neighbours) and, where swaps are allowed, the dtr
+// policy itself (in drop mode DTR's weighting is that policy); duplicates left out; tune
+// off.
 std::vector<EvictOptions> score_candidates(const EvictOptions& given);
 
 // kScoreTuneIterations: the runtime tunes its score once this many iterations are done.
@@ -103,20 +107,45 @@ std::vector<EvictOptions> score_candidates(const EvictOptions& given);
 // second (docs/dte.md, "Tuning the score").
 inline constexpr int kScoreTuneIterations = 2;
 
-struct ScoreTuning {
-  EvictOptions chosen;  // the candidate keep_candidate picked (given when all failed)
-  std::vector<std::pair<EvictOptions, ReplayResult>> tried;  // in score_candidates' order
+// kTuneVariants, kTuneJitter: tuning replays each candidate on the recorded iterations
+// and on kTuneVariants copies whose op times are each scaled by a factor drawn uniformly
+// from [1 - kTuneJitter, 1 + kTuneJitter] (jittered, seeds 1..kTuneVariants): op times
+// move by about that much from one iteration to the next, and a score that wins only at
+// the recorded times foretells nothing (Note [Tuning the score]).
+inline constexpr int kTuneVariants = 4;
+inline constexpr double kTuneJitter = 0.1;
+
+// jittered: a copy of trace whose every op time is scaled by 1 + amp·u, u uniform in
+// [-1, 1], drawn in event order from a generator seeded with `seed`; nothing else differs.
+Trace jittered(const Trace& trace, double amp, uint64_t seed);
+
+// TunedCandidate: one candidate score and its replays of the tuning iterations: [0] on the
+// recorded op times, then one per jittered copy (the same copies for every candidate).
+struct TunedCandidate {
+  EvictOptions score;
+  std::vector<ReplayResult> replays;
+  int failed() const;                // replays out of memory or capped
+  double mean_overhead() const;      // over the replays that trained; 0 if none did
 };
 
-// keep_candidate: the index tune_score keeps among replays of score_candidates' order:
-// the last (DTR's weighting) unless an earlier one replayed more than 2% less overhead
-// than the one kept after it; a replay out of memory or capped is never kept; tried.size()
-// when every one was.
-size_t keep_candidate(std::span<const ReplayResult> tried);
+struct ScoreTuning {
+  EvictOptions chosen;  // the candidate keep_candidate picked (given when none competes)
+  std::vector<TunedCandidate> tried;  // in score_candidates' order
+};
+
+// keep_candidate: the index tune_score keeps among score_candidates' order. Only the
+// candidates that failed (out of memory or capped) in the fewest replays compete, none
+// that failed in all. The last that competes is kept unless an earlier one beats it, and
+// that one unless a still earlier one beats it, and so on. a beats b: a's mean overhead is
+// more than 2% below b's and a has less overhead in every replay but at most one, the
+// replays paired by copy (one where only b failed is a win for a, one where only a failed
+// rules a out). tried.size() when none competes.
+size_t keep_candidate(std::span<const TunedCandidate> tried);
 
 // tune_score: replays iterations 1..iterations of trace, counting the last, under each of
-// score_candidates(given) and keeps the one keep_candidate picks (given, tune off, when
-// every one ran out of memory or passed the cap). Note [Tuning the score]
+// score_candidates(given), on the trace and on kTuneVariants jittered copies of it, and
+// keeps the one keep_candidate picks (given, tune off, when none competes). Note [Tuning
+// the score]
 absl::StatusOr<ScoreTuning> tune_score(const Trace& trace, const EvictOptions& given, int iterations,
                                        size_t region_bytes = 0);
 
