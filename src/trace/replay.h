@@ -152,8 +152,9 @@ absl::StatusOr<ScoreTuning> tune_score(const Trace& trace, const EvictOptions& g
 // describe_score: "beta 1.25^min(ret, 4), free neighbours counted" and the like.
 std::string describe_score(const EvictOptions& o);
 
-// describe_tuning: the one line mtc-train prints: "kept SCORE in S s (replayed: SCORE:
-// 1.187x; SCORE: oom; ...)", sec being the time the tuning took.
+// describe_tuning: the one line mtc-train prints: "kept SCORE in S s (replayed, mean of 5:
+// SCORE: 1.187x; SCORE: 1.203x (1 of 5 oom/cap); SCORE: oom/cap; ...)", each candidate's
+// mean overhead over its replays that trained; sec being the time the tuning took.
 std::string describe_tuning(const ScoreTuning& t, double sec);
 
 // tunes_score: whether policy o tunes its score (policy mtc, tune on, not reproducible:
