@@ -172,8 +172,9 @@ ABSL_FLAG(std::string, evict_policy, "mtc", "DTE: eviction policy: mtc|dtr|lru|l
 ABSL_FLAG(std::string, evict_mode, "both", "DTE: evictions allowed: both|drop|swap");
 ABSL_FLAG(bool, dte_tune, mtc::EvictOptions{}.tune,
           "DTE, policy mtc: once two iterations are done, replay them under each candidate score (with and without "
-          "beta^ret, DTR's weighting) and keep DTR's weighting unless another replays 2% less overhead (docs/dte.md, "
-          "\"Tuning the score\")");
+          "beta^ret, DTR's weighting, and the dtr policy where swaps are allowed), on the recorded op times and four "
+          "jittered copies, and keep the last unless another is 2% lower on the mean and in four of five copies "
+          "(docs/dte.md, \"Tuning the score\")");
 ABSL_FLAG(FlagText, max_recomputes_per_op, {"16"},
           "DTE: stop an op, naming it, once one tensor has been recomputed this many times to make its inputs "
           "resident (a recompute storm: the budget is too small; 0: never)");

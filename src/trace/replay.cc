@@ -624,15 +624,14 @@ absl::StatusOr<ReplayResult> replay_events(const Trace& trace, const EvictOption
 constexpr double kTuneMargin = 0.02;
 
 int TunedCandidate::failed() const {
-  return static_cast<int>(std::count_if(replays.begin(), replays.end(),
-                                        [](const ReplayResult& r) { return r.out_of_memory || r.capped; }));
+  return static_cast<int>(std::count_if(replays.begin(), replays.end(), [](const ReplayResult& r) { return r.failed(); }));
 }
 
 double TunedCandidate::mean_overhead() const {
   double sum = 0;
   int n = 0;
   for (const ReplayResult& r : replays) {
-    if (r.out_of_memory || r.capped) continue;
+    if (r.failed()) continue;
     sum += r.overhead();
     ++n;
   }
@@ -653,9 +652,8 @@ size_t keep_candidate(std::span<const TunedCandidate> tried) {
     int losses = 0;
     for (size_t v = 0; v < a.replays.size() && v < b.replays.size(); ++v) {
       const ReplayResult &x = a.replays[v], &y = b.replays[v];
-      const bool x_failed = x.out_of_memory || x.capped, y_failed = y.out_of_memory || y.capped;
-      if (x_failed && !y_failed) return false;
-      if (!x_failed && !y_failed && !(x.overhead() < y.overhead())) ++losses;
+      if (x.failed() && !y.failed()) return false;
+      if (!x.failed() && !y.failed() && !(x.overhead() < y.overhead())) ++losses;
     }
     return losses <= 1 && a.mean_overhead() * (1 + kTuneMargin) < b.mean_overhead();
   };

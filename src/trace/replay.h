@@ -83,6 +83,8 @@ struct ReplayResult {
   double overhead() const {
     return compute_us > 0 ? (compute_us + recompute_us + swap_us + move_us) / compute_us : 0;
   }
+  // failed: it ran out of memory or passed the cap (what tuning never keeps).
+  bool failed() const { return out_of_memory || capped; }
 };
 
 // replay: runs the trace under `evict` (its budget_bytes is m*; 0: the region's size) on
