@@ -311,26 +311,42 @@ bool Engine::evict_one(bool fragmented) {
 
 // Note [Compaction]
 // With the compute region itself as the limit, a request can find the free bytes it needs
-// split among blocks none of which holds it, while everything that splits them is pinned
-// (the inputs of the op being run and of the ops waiting on it), persistent or the op's
-// own outputs: eviction can do nothing, and the run stopped out of memory where a byte
-// budget of the same size trained (replayed ViT-tiny at 20% of its peak: gelu_grad asked
-// 32 MiB beside its two pinned 32 MiB inputs with 58 MiB free, the largest block 31 MiB).
-// So, as a last resort, resident tensors move. Live blocks are read in address order;
+// split among blocks none of which holds it. Evicting until one does frees tensors that
+// need not go (their bytes land in the wrong place), and where everything that splits the
+// free bytes is pinned (the inputs of the op being run and of the ops waiting on it),
+// persistent or the op's own outputs, eviction can do nothing at all: the run stopped out
+// of memory where a byte budget of the same size trained (replayed ViT-tiny at 20% of its
+// peak: gelu_grad asked 32 MiB beside its two pinned 32 MiB inputs with 58 MiB free, the
+// largest block 31 MiB). So resident tensors move. Live blocks are read in address order;
 // blocks that are not a movable tensor's (persistent tensors, outputs and scratch of the
-// ops being run, and pinned tensors while a kernel runs) split the region into segments.
-// Inside a segment, a window of consecutive free gaps and movable blocks whose gaps add up
-// to the request becomes one free block when its blocks slide down to the window's start.
-// The window chosen is the one whose blocks hold the fewest bytes (two pointers over the
-// blocks, O(n log n) with the sort), so the copy is as small as it can be. Each block moves
-// to a lower address, into the free bytes below it and its own old range: the copy may
-// overlap, which copy_on_device allows. The region keeps its books; a move is priced
-// like a swap's one copy (bytes / gamma) in a replay.
-bool Engine::compact(size_t bytes, bool move_pinned) {
+// ops being run, and the inputs of a kernel running now) split the region into segments.
+// Inside a segment, a window of consecutive free gaps and movable blocks becomes one free
+// block in one of two ways, and the plan copies the fewest bytes:
+//  - sliding: the window's gaps add up to the request, and its blocks slide down to the
+//    window's start (each into the free bytes below it and its own old range: the copy may
+//    overlap, which copy_on_device allows);
+//  - evacuation: the window, gaps and blocks, is at least the request, and its blocks move
+//    out into free gaps outside it (best fit, largest first), so free bytes in another
+//    segment serve too.
+// When (Executor::allocate): with move_when_cheaper (the default), as soon as a request
+// finds no block, if the plan's copy (bytes / gamma) costs less than the cheapest run of
+// adjacent evictions that would free such a block (each tensor's recompute or swap time,
+// as its score would evict it: eviction_window_us); otherwise, and always, as the last
+// resort once nothing more can be evicted. Replayed in drop mode with the region as the
+// limit (six recordings of nine models, docs/dte.md "At the low end"), region cells more
+// than 5% above the byte budget's figure fell from 34 to 11; moving only as the last
+// resort, and sliding only, they stayed at 34. The region keeps its books; a move is
+// priced like a swap's one copy (bytes / gamma) in a replay.
+Engine::CompactionPlan Engine::plan_compaction(size_t bytes, std::span<TensorRecord* const> in_use) {
   alloc::Region& region = host_.compute_region();
   const size_t need = alloc::round_up(bytes);
-  if (region.capacity() - region.stats().allocated < need || region.largest_free() >= need) return false;
-  const absl::flat_hash_map<size_t, TensorRecord*> owner = movable_by_offset(/*persistent=*/false, move_pinned);
+  CompactionPlan plan;
+  if (region.capacity() - region.stats().allocated < need || region.largest_free() >= need) return plan;
+  absl::flat_hash_map<size_t, TensorRecord*> owner = movable_by_offset(/*persistent=*/false, /*move_pinned=*/true);
+  for (TensorRecord* r : in_use) {
+    auto it = owner.find(r->block.offset);
+    if (it != owner.end() && it->second == r) owner.erase(it);
+  }
   enum class Kind : uint8_t { kGap, kMovable, kFixed };
   struct Item {
     Kind kind;
@@ -347,40 +363,174 @@ bool Engine::compact(size_t bytes, bool move_pinned) {
     pos = b.offset + b.size;
   }
   if (region.capacity() > pos) items.push_back(Item{Kind::kGap, pos, region.capacity() - pos, nullptr});
-  size_t best_l = 0, best_r = 0, best_moved = SIZE_MAX;
-  size_t l = 0, free_sum = 0, moved_sum = 0;
-  for (size_t r = 0; r < items.size(); ++r) {
-    const Item& it = items[r];
-    if (it.kind == Kind::kFixed) {
-      l = r + 1;
-      free_sum = moved_sum = 0;
-      continue;
-    }
-    (it.kind == Kind::kGap ? free_sum : moved_sum) += it.size;
-    // Shrink from the left: a leading block is never needed, a leading gap only when the
-    // rest still holds the request.
-    while (l < r && (items[l].kind == Kind::kMovable || free_sum - items[l].size >= need)) {
-      (items[l].kind == Kind::kGap ? free_sum : moved_sum) -= items[l].size;
-      ++l;
-    }
-    if (it.kind == Kind::kGap && free_sum >= need && moved_sum < best_moved) {
-      best_l = l;
-      best_r = r;
-      best_moved = moved_sum;
+
+  // Sliding: the window whose blocks hold the fewest bytes (two pointers).
+  size_t slide_l = 0, slide_r = 0, slide_moved = SIZE_MAX;
+  {
+    size_t l = 0, free_sum = 0, moved_sum = 0;
+    for (size_t r = 0; r < items.size(); ++r) {
+      const Item& it = items[r];
+      if (it.kind == Kind::kFixed) {
+        l = r + 1;
+        free_sum = moved_sum = 0;
+        continue;
+      }
+      (it.kind == Kind::kGap ? free_sum : moved_sum) += it.size;
+      // Shrink from the left: a leading block is never needed, a leading gap only when the
+      // rest still holds the request.
+      while (l < r && (items[l].kind == Kind::kMovable || free_sum - items[l].size >= need)) {
+        (items[l].kind == Kind::kGap ? free_sum : moved_sum) -= items[l].size;
+        ++l;
+      }
+      if (it.kind == Kind::kGap && free_sum >= need && moved_sum < slide_moved) {
+        slide_l = l;
+        slide_r = r;
+        slide_moved = moved_sum;
+      }
     }
   }
-  if (best_moved == SIZE_MAX) return false;
-  const auto t0 = Clock::now();
-  size_t cursor = items[best_l].offset, copied = 0;
-  for (size_t k = best_l; k <= best_r; ++k) {
+
+  // Evacuation: the shortest window ending at each item whose span holds the request, by
+  // the bytes its blocks hold, the cheapest first; the first whose blocks all find a gap
+  // outside it wins. Tried for at most kEvacuationTries windows.
+  constexpr int kEvacuationTries = 32;
+  struct Window {
+    size_t moved, l, r;
+  };
+  std::vector<Window> windows;
+  {
+    size_t l = 0, span = 0, moved = 0;
+    for (size_t r = 0; r < items.size(); ++r) {
+      if (items[r].kind == Kind::kFixed) {
+        l = r + 1;
+        span = moved = 0;
+        continue;
+      }
+      span += items[r].size;
+      if (items[r].kind == Kind::kMovable) moved += items[r].size;
+      while (l < r && span - items[l].size >= need) {
+        span -= items[l].size;
+        if (items[l].kind == Kind::kMovable) moved -= items[l].size;
+        ++l;
+      }
+      if (span >= need && moved < slide_moved) windows.push_back(Window{moved, l, r});
+    }
+  }
+  std::sort(windows.begin(), windows.end(), [](const Window& a, const Window& b) { return a.moved < b.moved; });
+  if (windows.size() > kEvacuationTries) windows.resize(kEvacuationTries);
+  for (const Window& w : windows) {
+    std::set<std::pair<size_t, size_t>> gaps;  // (size, offset), outside the window
+    for (size_t k = 0; k < items.size(); ++k) {
+      if ((k < w.l || k > w.r) && items[k].kind == Kind::kGap) gaps.emplace(items[k].size, items[k].offset);
+    }
+    std::vector<const Item*> blocks;
+    for (size_t k = w.l; k <= w.r; ++k) {
+      if (items[k].kind == Kind::kMovable) blocks.push_back(&items[k]);
+    }
+    std::sort(blocks.begin(), blocks.end(), [](const Item* a, const Item* b) { return a->size > b->size; });
+    plan.moves.clear();
+    for (const Item* b : blocks) {
+      auto g = gaps.lower_bound({b->size, 0});
+      if (g == gaps.end()) break;
+      const auto [gap_size, gap_offset] = *g;
+      gaps.erase(g);
+      if (gap_size > b->size) gaps.emplace(gap_size - b->size, gap_offset + b->size);
+      plan.moves.emplace_back(b->r, gap_offset);
+    }
+    if (plan.moves.size() == blocks.size()) {
+      plan.moved = w.moved;
+      return plan;
+    }
+  }
+  plan.moves.clear();
+  if (slide_moved == SIZE_MAX) return plan;
+  plan.moved = slide_moved;
+  size_t cursor = items[slide_l].offset;
+  for (size_t k = slide_l; k <= slide_r; ++k) {
     const Item& it = items[k];
     if (it.kind != Kind::kMovable) continue;
-    // A failed copy leaves the region as it was before this block.
-    if (it.offset != cursor && !move_to(*it.r, cursor, copied)) return false;
+    if (it.offset != cursor) plan.moves.emplace_back(it.r, cursor);
     cursor += it.size;
   }
+  return plan;
+}
+
+bool Engine::compact(size_t bytes, std::span<TensorRecord* const> in_use) {
+  return run_compaction(plan_compaction(bytes, in_use), bytes);
+}
+
+bool Engine::compact_if_cheaper(size_t bytes, std::span<TensorRecord* const> in_use) {
+  if (!opts_.move_when_cheaper) return false;
+  const auto t0 = Clock::now();
+  CompactionPlan plan = plan_compaction(bytes, in_use);
+  const bool cheaper = plan.moved != SIZE_MAX &&
+                       static_cast<double>(plan.moved) / bytes_per_us_ < eviction_window_us(bytes);
+  stats_.search_us += us_since(t0);
+  return cheaper && run_compaction(plan, bytes);
+}
+
+bool Engine::run_compaction(const CompactionPlan& plan, size_t bytes) {
+  if (plan.moved == SIZE_MAX) return false;
+  const auto t0 = Clock::now();
+  size_t copied = 0;
+  for (const auto& [r, offset] : plan.moves) {
+    // A failed copy leaves the region as it was before this block.
+    if (!move_to(*r, offset, copied)) break;
+  }
   count_moves(copied, t0);
-  return region.largest_free() >= need;
+  return host_.compute_region().largest_free() >= alloc::round_up(bytes);
+}
+
+// eviction_window_us: Note [Compaction]. The window is a run of free gaps and tensors the
+// policy may evict now (unpinned candidates), with no other block in it.
+double Engine::eviction_window_us(size_t bytes) {
+  if (opts_.policy == EvictPolicy::kNone || candidates_.empty()) return kNoWindow;
+  alloc::Region& region = host_.compute_region();
+  const size_t need = alloc::round_up(bytes);
+  absl::flat_hash_map<size_t, TensorRecord*> evictable;
+  for (TensorRecord* r : candidates_) {
+    if (r->pin_count == 0) evictable.emplace(r->block.offset, r);
+  }
+  struct Item {
+    bool fixed;
+    size_t size;
+    double us;
+  };
+  std::vector<Item> items;
+  size_t pos = 0;
+  for (const alloc::Block& b : region.live_blocks()) {
+    if (b.offset > pos) items.push_back(Item{false, b.offset - pos, 0});
+    Item item{true, b.size, 0};
+    auto it = evictable.find(b.offset);
+    if (it != evictable.end() && it->second->block.size == b.size) {
+      CandidateStats c;
+      const Score s = score_of(*it->second, &c);
+      if (s.eligible) item = Item{false, b.size, s.action == Action::kDrop ? c.compute_us + c.neighbourhood_us : c.swap_us};
+    }
+    items.push_back(item);
+    pos = b.offset + b.size;
+  }
+  if (region.capacity() > pos) items.push_back(Item{false, region.capacity() - pos, 0});
+  double best = kNoWindow;
+  size_t l = 0, span = 0;
+  double us = 0;
+  for (size_t r = 0; r < items.size(); ++r) {
+    if (items[r].fixed) {
+      l = r + 1;
+      span = 0;
+      us = 0;
+      continue;
+    }
+    span += items[r].size;
+    us += items[r].us;
+    while (l < r && span - items[l].size >= need) {
+      span -= items[l].size;
+      us -= items[l].us;
+      ++l;
+    }
+    if (span >= need) best = std::min(best, us);
+  }
+  return best;
 }
 
 absl::flat_hash_map<size_t, TensorRecord*> Engine::movable_by_offset(bool persistent, bool move_pinned) {
@@ -425,8 +575,16 @@ void Engine::pack_low() {
   if (copied > 0) count_moves(copied, t0);
 }
 
+Score Engine::score_of(TensorRecord& r, CandidateStats* stats) {
+  TensorRecord* best = nullptr;
+  Score s;
+  consider(&r, /*fragmented=*/false, /*no_drop=*/kept_for_this_op(r), best, s, stats);
+  return s;
+}
+
 // consider: scores r and keeps it in best when the policy may evict it and it scores lower.
-void Engine::consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score) {
+void Engine::consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score,
+                      CandidateStats* out) {
   CandidateStats c;
   c.bytes = r->block.size;
   c.compute_us = r->producer ? r->producer->compute_us : 0;
@@ -460,6 +618,7 @@ void Engine::consider(TensorRecord* r, bool fragmented, bool no_drop, TensorReco
     for (uint64_t nb : r->users) visit(nb);
   }
   const Score s = cost_.score(c);
+  if (out) *out = c;
   if (s.eligible && (best == nullptr || s.h < best_score.h)) {
     best = r;
     best_score = s;

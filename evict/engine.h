@@ -158,10 +158,13 @@ class Engine {
   // enough, so free neighbours count.
   bool evict_one(bool fragmented);
   // compact: when the compute region's free bytes would hold `bytes` but no free block
-  // does, moves resident tensors together until one does, copying as few bytes as it can
-  // (move_pinned: pinned inputs may move too; not while a kernel runs, which holds their
-  // addresses). Says whether it made such a block. Note [Compaction]
-  bool compact(size_t bytes, bool move_pinned);
+  // does, moves resident tensors so that one does, copying as few bytes as it can (in_use:
+  // the inputs of a kernel running now, which holds their addresses: they stay put). Says
+  // whether it made such a block. Note [Compaction]
+  bool compact(size_t bytes, std::span<TensorRecord* const> in_use);
+  // compact_if_cheaper: compact, when EvictOptions::move_when_cheaper and the copy would
+  // cost less time than the cheapest run of adjacent evictions that frees such a block.
+  bool compact_if_cheaper(size_t bytes, std::span<TensorRecord* const> in_use);
   // pack_low: at an iteration boundary (no op running), slides every resident tensor of
   // the compute region, persistent ones too, down over the free bytes below it, in
   // address order, so that the live blocks sit together at the low end; blocks that are
@@ -203,7 +206,23 @@ class Engine {
   absl::Status recompute(TensorRecord& r);
   absl::Status check_overhead(const TensorRecord& r) const;  // EvictOptions::max_overhead_us
   // consider: no_drop: r may only be swapped (Note [Recompute cycles]).
-  void consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score);
+  void consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score,
+                CandidateStats* out = nullptr);
+  // score_of: r's score as evict_one would see it over the budget; its inputs in *stats.
+  Score score_of(TensorRecord& r, CandidateStats* stats);
+  // CompactionPlan: the moves (tensor, new offset, in order) that make a large enough free
+  // block, and the bytes they copy (SIZE_MAX: no plan). Note [Compaction]
+  struct CompactionPlan {
+    size_t moved = SIZE_MAX;
+    std::vector<std::pair<TensorRecord*, size_t>> moves;
+  };
+  CompactionPlan plan_compaction(size_t bytes, std::span<TensorRecord* const> in_use);
+  bool run_compaction(const CompactionPlan& plan, size_t bytes);
+  // eviction_window_us: what evicting the cheapest run of adjacent tensors that, with the
+  // free bytes among them, makes a block of `bytes` would cost: the sum of each one's
+  // recompute or swap time; kNoWindow when no such run exists.
+  static constexpr double kNoWindow = 1e300;
+  double eviction_window_us(size_t bytes);
   // kept_for_this_op: r was recomputed twice or more for the op being run, so it is kept
   // from being dropped but as a last resort (Note [Recompute cycles]).
   bool kept_for_this_op(const TensorRecord& r) const {

@@ -501,11 +501,20 @@ absl::StatusOr<alloc::Block> Executor::allocate(size_t bytes, const std::functio
         break;
       }
     }
+    // Within the budget, the free bytes are there but in pieces: move resident tensors
+    // together when that copies for less than evicting would cost (Note [Compaction],
+    // evict/engine.cc). A kernel running now (its scratch) holds its inputs' addresses,
+    // so they stay put.
+    const std::span<TensorRecord* const> in_use = request == Request::kScratch && !frames_.empty()
+                                                      ? frames_.back()->inputs
+                                                      : std::span<TensorRecord* const>();
+    if (within_budget && !compacted && engine_.compact_if_cheaper(size, in_use)) {
+      compacted = true;
+      continue;
+    }
     if (engine_.evict_one(/*fragmented=*/within_budget)) continue;
-    // Nothing more to evict, and the free bytes are there but in pieces: move resident
-    // tensors together (Note [Compaction], evict/engine.cc). A kernel running now (its
-    // scratch) holds its inputs' addresses, so they stay put.
-    if (within_budget && !compacted && engine_.compact(size, /*move_pinned=*/request != Request::kScratch)) {
+    // Nothing more to evict: move them as the last resort.
+    if (within_budget && engine_.compact(size, in_use)) {
       compacted = true;
       continue;
     }

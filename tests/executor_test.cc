@@ -111,7 +111,7 @@ TEST_F(ExecutorTest, FailedOpLeavesNoRecordAndNoStorage) {
 
 // A device whose compute region is 3 MiB, and an executor on it, with eviction by policy.
 struct SmallExecutor {
-  explicit SmallExecutor(EvictPolicy policy) {
+  explicit SmallExecutor(EvictPolicy policy, bool move_when_cheaper = true) {
     DeviceOptions o;
     o.memory_bytes = size_t{4} << 20;
     o.comm_bytes = size_t{1} << 20;
@@ -120,17 +120,28 @@ struct SmallExecutor {
     ExecutorOptions eo;
     eo.evict.policy = policy;
     eo.evict.reproducible = true;
+    eo.evict.move_when_cheaper = move_when_cheaper;
     ex = std::make_unique<Executor>(*device, eo);
   }
   // put: a 1 MiB tensor of f32 holding base + i.
-  absl::Status put(uint64_t id, float base, int64_t mib = 1) {
-    const int64_t n = mib << 18;
+  absl::Status put(uint64_t id, float base, int64_t mib = 1) { return put_kib(id, base, mib << 10); }
+  absl::Status put_kib(uint64_t id, float base, int64_t kib, bool persistent = false) {
+    const int64_t n = kib << 8;
     TensorDesc desc{{n}, DType::kF32};
     std::vector<float> v(n);
     for (int64_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(i);
-    Put p{id, desc, std::vector<std::byte>(desc.bytes()), false};
+    Put p{id, desc, std::vector<std::byte>(desc.bytes()), persistent};
     std::memcpy(p.data.data(), v.data(), desc.bytes());
     return ex->execute(p);
+  }
+  // expect_values: tensor id holds base + i, n values.
+  void expect_values(uint64_t id, float base, int64_t n) {
+    std::vector<float> got(n);
+    GetValue g{id, got.data(), got.size() * sizeof(float), nullptr};
+    ASSERT_TRUE(ex->execute(g).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], base + static_cast<float>(i)) << i;
+    }
   }
   // split: tensors 1, 2 and 3 of 1 MiB, then 1 and 3 released: 2 MiB free, in two blocks
   // of 1 MiB, with tensor 2 (1e6 + i) between them.
@@ -152,7 +163,7 @@ struct SmallExecutor {
 // A request within the budget that finds no block large enough forces an eviction, which
 // evict_fragmented counts; one over the budget forces an eviction it does not count.
 TEST(ExecutorEvictions, CountsEvictionsForcedByFragmentation) {
-  SmallExecutor s(EvictPolicy::kMtc);
+  SmallExecutor s(EvictPolicy::kMtc, /*move_when_cheaper=*/false);
   s.split();
   Executor& ex = *s.ex;
   ASSERT_TRUE(s.put(4, 0.f, 2).ok());
@@ -195,6 +206,56 @@ TEST(ExecutorEvictions, MovesAPinnedInputWhenOnlyThatMakesRoom) {
     absl::Status st = ex.execute(again);
     EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
     EXPECT_EQ(ex.evict_stats().compactions, 1u);
+  }
+}
+
+// Note [Compaction]: the same request with move_when_cheaper. Swapping tensor 2 out and
+// back costs two copies of 1 MiB; sliding it down costs one, so it moves, and nothing is
+// evicted.
+TEST(ExecutorEvictions, MovesInsteadOfEvictingWhenTheCopyIsCheaper) {
+  SmallExecutor s(EvictPolicy::kMtc);
+  s.split();
+  Executor& ex = *s.ex;
+  ASSERT_TRUE(s.put(4, 0.f, 2).ok());
+  EXPECT_EQ(ex.evict_stats().evict_swap + ex.evict_stats().evict_drop, 0u);
+  EXPECT_EQ(ex.evict_stats().compactions, 1u);
+  EXPECT_EQ(ex.evict_stats().moved_bytes, size_t{1} << 20);
+  EXPECT_EQ(ex.records().at(2).block.offset, 0u);
+  EXPECT_EQ(ex.records().at(4).block.offset, size_t{1} << 20);
+  s.device->compute_region().check_invariants();
+  s.expect_values(2, 1e6f, int64_t{1} << 18);
+}
+
+// Note [Compaction], evacuation: the free bytes lie in two segments split by persistent
+// tensors, which never move, so no segment's gaps hold the request and sliding cannot
+// help; tensor 2 moves out of its segment, into the free block of the other, and its old
+// place and the gap beside it make the block. Without eviction (policy none) only this
+// last resort could serve; with eviction, the move is cheaper than swapping tensor 2.
+TEST(ExecutorEvictions, MovesATensorIntoAnotherSegmentsFreeBlock) {
+  for (EvictPolicy policy : {EvictPolicy::kMtc, EvictPolicy::kNone}) {
+    SCOPED_TRACE(evict_policy_name(policy));
+    SmallExecutor s(policy);
+    Executor& ex = *s.ex;
+    // In 512 KiB units of the 3 MiB region: persistent 1 at [0, 2), tensor 2 at [2, 3),
+    // tensor 3 at [3, 4), persistent 4 at [4, 5), tensor 5 at [5, 6); then 3 and 5 go.
+    ASSERT_TRUE(s.put_kib(1, 0.f, 1024, /*persistent=*/true).ok());
+    ASSERT_TRUE(s.put_kib(2, 5e5f, 512).ok());
+    ASSERT_TRUE(s.put_kib(3, 0.f, 512).ok());
+    ASSERT_TRUE(s.put_kib(4, 0.f, 512, /*persistent=*/true).ok());
+    ASSERT_TRUE(s.put_kib(5, 0.f, 512).ok());
+    ASSERT_EQ(ex.records().at(4).block.offset, size_t{2} << 20);
+    Del d3{3}, d5{5};
+    ASSERT_TRUE(ex.execute(d3).ok());
+    ASSERT_TRUE(ex.execute(d5).ok());
+    ASSERT_EQ(s.device->compute_region().largest_free(), size_t{512} << 10);
+    ASSERT_TRUE(s.put_kib(6, 0.f, 1024).ok());
+    EXPECT_EQ(ex.evict_stats().evict_swap + ex.evict_stats().evict_drop, 0u);
+    EXPECT_EQ(ex.evict_stats().compactions, 1u);
+    EXPECT_EQ(ex.evict_stats().moved_bytes, size_t{512} << 10);
+    EXPECT_EQ(ex.records().at(2).block.offset, size_t{5} << 19);
+    EXPECT_EQ(ex.records().at(6).block.offset, size_t{1} << 20);
+    s.device->compute_region().check_invariants();
+    s.expect_values(2, 5e5f, int64_t{512} << 8);
   }
 }
 

@@ -34,6 +34,12 @@ struct EvictOptions {
   // request failed for want of a large enough block (an eviction that merges free blocks
   // is worth more); false weighs each candidate by its own bytes alone, as DTR does.
   bool free_room = true;
+  // move_when_cheaper: a request within the budget that finds no free block large enough
+  // moves resident tensors together (compaction) when the copy costs less time than the
+  // cheapest run of adjacent evictions that would free such a block; false: it evicts, and
+  // tensors move only once nothing more can be evicted. Note [Compaction] in
+  // evict/engine.cc.
+  bool move_when_cheaper = true;
   // tune: policy mtc, once the first two iterations are done (at the third "iteration"
   // mark), the runtime replays them under each of score_candidates() (src/trace/replay.h)
   // and keeps DTR's weighting unless another replayed less overhead by more than 2%, and
