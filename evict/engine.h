@@ -162,8 +162,9 @@ class Engine {
   // the inputs of a kernel running now, which holds their addresses: they stay put). Says
   // whether it made such a block. Note [Compaction]
   bool compact(size_t bytes, std::span<TensorRecord* const> in_use);
-  // compact_if_cheaper: compact, when EvictOptions::move_when_cheaper and the copy would
-  // cost less time than the cheapest run of adjacent evictions that frees such a block.
+  // compact_if_cheaper: compact, when EvictOptions::move_when_cheaper and four times the
+  // copy would cost less time than the cheapest run of adjacent evictions that frees such
+  // a block (Note [Compaction]).
   bool compact_if_cheaper(size_t bytes, std::span<TensorRecord* const> in_use);
   // pack_low: at an iteration boundary (no op running), slides every resident tensor of
   // the compute region, persistent ones too, down over the free bytes below it, in

@@ -36,8 +36,9 @@ ABSL_FLAG(std::string, limit, "budget,region",
           "what each --budget limits, one or both, comma-separated: budget (a byte budget m* on the trace's compute "
           "region) | region (the compute region itself that size, no budget: fragmentation can bind)");
 ABSL_FLAG(bool, move_when_cheaper, mtc::EvictOptions{}.move_when_cheaper,
-          "a request that finds the free bytes only in pieces moves tensors together when the copy costs less than "
-          "evicting (false: evict, and move only once nothing more can be evicted; docs/dte.md, \"Compaction\")");
+          "a request that finds the free bytes only in pieces moves tensors together when the copy costs under a "
+          "quarter of evicting (false: evict, and move only once nothing more can be evicted; docs/dte.md, "
+          "\"Compaction\")");
 ABSL_FLAG(int, max_recomputes_per_op, static_cast<int>(mtc::EvictOptions{}.max_recomputes_per_op),
           "stop an op once one tensor has been recomputed this many times to make its inputs resident (a recompute "
           "storm; the row says oom; 0: never)");

@@ -7,6 +7,7 @@
 #include "executor.h"
 #include "gtest/gtest.h"
 #include "ops/elementwise.h"
+#include "ops/matmul.h"
 #include "ops/shape_ops.h"
 
 namespace mtc {
@@ -111,7 +112,7 @@ TEST_F(ExecutorTest, FailedOpLeavesNoRecordAndNoStorage) {
 
 // A device whose compute region is 3 MiB, and an executor on it, with eviction by policy.
 struct SmallExecutor {
-  explicit SmallExecutor(EvictPolicy policy, bool move_when_cheaper = true) {
+  explicit SmallExecutor(EvictPolicy policy, bool move_when_cheaper = true, EvictMode mode = EvictMode::kBoth) {
     DeviceOptions o;
     o.memory_bytes = size_t{4} << 20;
     o.comm_bytes = size_t{1} << 20;
@@ -121,6 +122,7 @@ struct SmallExecutor {
     eo.evict.policy = policy;
     eo.evict.reproducible = true;
     eo.evict.move_when_cheaper = move_when_cheaper;
+    eo.evict.mode = mode;
     ex = std::make_unique<Executor>(*device, eo);
   }
   // put: a 1 MiB tensor of f32 holding base + i.
@@ -161,19 +163,26 @@ struct SmallExecutor {
 };
 
 // A request within the budget that finds no block large enough forces an eviction, which
-// evict_fragmented counts; one over the budget forces an eviction it does not count.
+// evict_fragmented counts; one over the budget forces an eviction it does not count. With
+// move_when_cheaper too: sliding tensor 2 down would copy its 1 MiB once, swapping it
+// copies it twice, and a move must cost under a quarter of the evictions it saves (Note
+// [Compaction]), so it is swapped either way.
 TEST(ExecutorEvictions, CountsEvictionsForcedByFragmentation) {
-  SmallExecutor s(EvictPolicy::kMtc, /*move_when_cheaper=*/false);
-  s.split();
-  Executor& ex = *s.ex;
-  ASSERT_TRUE(s.put(4, 0.f, 2).ok());
-  EXPECT_EQ(ex.evict_stats().evict_swap, 1u);  // a Put cannot be recomputed: swapped
-  EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
-  EXPECT_EQ(ex.records().at(2).state, StorageState::kSwapped);
-  // 2 MiB live of 3: another 2 MiB passes the budget.
-  ASSERT_TRUE(s.put(5, 0.f, 2).ok());
-  EXPECT_EQ(ex.evict_stats().evict_swap, 2u);
-  EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
+  for (bool move_when_cheaper : {false, true}) {
+    SCOPED_TRACE(move_when_cheaper ? "move when cheaper" : "evict first");
+    SmallExecutor s(EvictPolicy::kMtc, move_when_cheaper);
+    s.split();
+    Executor& ex = *s.ex;
+    ASSERT_TRUE(s.put(4, 0.f, 2).ok());
+    EXPECT_EQ(ex.evict_stats().evict_swap, 1u);  // a Put cannot be recomputed: swapped
+    EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
+    EXPECT_EQ(ex.evict_stats().compactions, 0u);
+    EXPECT_EQ(ex.records().at(2).state, StorageState::kSwapped);
+    // 2 MiB live of 3: another 2 MiB passes the budget.
+    ASSERT_TRUE(s.put(5, 0.f, 2).ok());
+    EXPECT_EQ(ex.evict_stats().evict_swap, 2u);
+    EXPECT_EQ(ex.evict_stats().evict_fragmented, 1u);
+  }
 }
 
 // Note [Compaction] (evict/engine.cc): 2 MiB free in two 1 MiB blocks, split by the op's own
@@ -209,32 +218,67 @@ TEST(ExecutorEvictions, MovesAPinnedInputWhenOnlyThatMakesRoom) {
   }
 }
 
-// Note [Compaction]: the same request with move_when_cheaper. Swapping tensor 2 out and
-// back costs two copies of 1 MiB; sliding it down costs one, so it moves, and nothing is
-// evicted.
+// Note [Compaction]: in drop mode, a 1 MiB request finds 1 MiB free in two blocks split by
+// the 256 KiB product of a 256 x 256 matmul, the only tensor that may go. Dropping it
+// costs its recompute (33.5 ms at the reproducible 1 GFLOP/s), sliding it down one copy
+// (26 us at 10 GB/s): it moves, and nothing is evicted; without move_when_cheaper it is
+// dropped.
 TEST(ExecutorEvictions, MovesInsteadOfEvictingWhenTheCopyIsCheaper) {
-  SmallExecutor s(EvictPolicy::kMtc);
-  s.split();
-  Executor& ex = *s.ex;
-  ASSERT_TRUE(s.put(4, 0.f, 2).ok());
-  EXPECT_EQ(ex.evict_stats().evict_swap + ex.evict_stats().evict_drop, 0u);
-  EXPECT_EQ(ex.evict_stats().compactions, 1u);
-  EXPECT_EQ(ex.evict_stats().moved_bytes, size_t{1} << 20);
-  EXPECT_EQ(ex.records().at(2).block.offset, 0u);
-  EXPECT_EQ(ex.records().at(4).block.offset, size_t{1} << 20);
-  s.device->compute_region().check_invariants();
-  s.expect_values(2, 1e6f, int64_t{1} << 18);
+  for (bool move_when_cheaper : {true, false}) {
+    SCOPED_TRACE(move_when_cheaper ? "move when cheaper" : "evict first");
+    SmallExecutor s(EvictPolicy::kMtc, move_when_cheaper, EvictMode::kDrop);
+    Executor& ex = *s.ex;
+    // In 256 KiB units of the 3 MiB region: a [0, 1), b [1, 2), filler 3 [2, 4), the
+    // product 4 [4, 5), filler 5 [5, 7), filler 6 [7, 12); then the first two fillers go.
+    const TensorDesc sq{{256, 256}, DType::kF32};
+    for (uint64_t id : {1, 2}) {
+      std::vector<float> v(256 * 256);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7 + id) % 13) / 13.f;
+      Put p{id, sq, std::vector<std::byte>(sq.bytes()), false};
+      std::memcpy(p.data.data(), v.data(), sq.bytes());
+      ASSERT_TRUE(ex.execute(p).ok());
+    }
+    ASSERT_TRUE(s.put_kib(3, 0.f, 512).ok());
+    ApplyOp mm{std::make_shared<MatmulOp>(), {1, 2}, {4}, {sq}};
+    ASSERT_TRUE(ex.execute(mm).ok());
+    ASSERT_TRUE(s.put_kib(5, 0.f, 512).ok());
+    ASSERT_TRUE(s.put_kib(6, 0.f, 1280).ok());
+    ASSERT_EQ(ex.records().at(4).block.offset, size_t{1} << 20);
+    std::vector<float> before(256 * 256);
+    GetValue g{4, before.data(), before.size() * sizeof(float), nullptr};
+    ASSERT_TRUE(ex.execute(g).ok());
+    Del d3{3}, d5{5};
+    ASSERT_TRUE(ex.execute(d3).ok());
+    ASSERT_TRUE(ex.execute(d5).ok());
+    ASSERT_TRUE(s.put_kib(7, 0.f, 1024).ok());
+    if (move_when_cheaper) {
+      EXPECT_EQ(ex.evict_stats().evict_drop, 0u);
+      EXPECT_EQ(ex.evict_stats().compactions, 1u);
+      EXPECT_EQ(ex.evict_stats().moved_bytes, size_t{256} << 10);
+      EXPECT_EQ(ex.records().at(4).block.offset, size_t{512} << 10);
+      EXPECT_EQ(ex.records().at(7).block.offset, size_t{768} << 10);
+    } else {
+      EXPECT_EQ(ex.evict_stats().evict_drop, 1u);
+      EXPECT_EQ(ex.evict_stats().compactions, 0u);
+      EXPECT_EQ(ex.records().at(4).state, StorageState::kDropped);
+    }
+    s.device->compute_region().check_invariants();
+    std::vector<float> after(256 * 256);  // moved, or recomputed
+    GetValue g2{4, after.data(), after.size() * sizeof(float), nullptr};
+    ASSERT_TRUE(ex.execute(g2).ok());
+    EXPECT_EQ(after, before);
+  }
 }
 
 // Note [Compaction], evacuation: the free bytes lie in two segments split by persistent
 // tensors, which never move, so no segment's gaps hold the request and sliding cannot
 // help; tensor 2 moves out of its segment, into the free block of the other, and its old
-// place and the gap beside it make the block. Without eviction (policy none) only this
-// last resort could serve; with eviction, the move is cheaper than swapping tensor 2.
+// place and the gap beside it make the block. Without eviction (policy none), and in drop
+// mode, where a Put may not be dropped, nothing can be evicted and only the move serves.
 TEST(ExecutorEvictions, MovesATensorIntoAnotherSegmentsFreeBlock) {
   for (EvictPolicy policy : {EvictPolicy::kMtc, EvictPolicy::kNone}) {
     SCOPED_TRACE(evict_policy_name(policy));
-    SmallExecutor s(policy);
+    SmallExecutor s(policy, /*move_when_cheaper=*/true, EvictMode::kDrop);
     Executor& ex = *s.ex;
     // In 512 KiB units of the 3 MiB region: persistent 1 at [0, 2), tensor 2 at [2, 3),
     // tensor 3 at [3, 4), persistent 4 at [4, 5), tensor 5 at [5, 6); then 3 and 5 go.

@@ -35,9 +35,9 @@ struct EvictOptions {
   // is worth more); false weighs each candidate by its own bytes alone, as DTR does.
   bool free_room = true;
   // move_when_cheaper: a request within the budget that finds no free block large enough
-  // moves resident tensors together (compaction) when the copy costs less time than the
-  // cheapest run of adjacent evictions that would free such a block; false: it evicts, and
-  // tensors move only once nothing more can be evicted. Note [Compaction] in
+  // moves resident tensors together (compaction) when four times the copy costs less time
+  // than the cheapest run of adjacent evictions that would free such a block; false: it
+  // evicts, and tensors move only once nothing more can be evicted. Note [Compaction] in
   // evict/engine.cc.
   bool move_when_cheaper = true;
   // tune: policy mtc, once the first two iterations are done (at the third "iteration"
