@@ -337,8 +337,9 @@ bool Engine::evict_one(bool fragmented) {
 // Replayed with the region as the limit (six recordings of nine models, docs/dte.md "At
 // the low end"), drop mode, region cells more than 5% above the byte budget's figure /
 // cells out of memory where dtr trains: margin 1: 11 / 6, 2: 11 / 4, 4: 7 / 2, 8: 9 / 3,
-// 16: 15 / 3; moving only as the last resort (sliding only, as before): 34 / 3. In mode both the region's
-// worst cell against the budget was 1.050x at margin 1 and 1.017x at 4 (1.016x before).
+// 16: 15 / 3; moving only as the last resort (sliding only, as before): 34 / 3. In mode
+// both the region's worst cell against the budget was 1.050x at margin 1 and 1.017x at 4
+// (1.016x before).
 // The region keeps its books; a move is priced like a swap's one copy (bytes / gamma) in
 // a replay.
 Engine::CompactionPlan Engine::plan_compaction(size_t bytes, std::span<TensorRecord* const> in_use) {
