@@ -342,7 +342,24 @@ bool Engine::evict_one(bool fragmented) {
 // (1.016x before).
 // The region keeps its books; a move is priced like a swap's one copy (bytes / gamma) in
 // a replay.
-Engine::CompactionPlan Engine::plan_compaction(size_t bytes, std::span<TensorRecord* const> in_use) {
+std::vector<Engine::Slot> Engine::layout(std::span<const alloc::Block> live,
+                                         const absl::flat_hash_map<size_t, TensorRecord*>& owner) const {
+  const size_t capacity = host_.compute_region().capacity();
+  std::vector<Slot> slots;
+  size_t pos = 0;
+  for (const alloc::Block& b : live) {
+    if (b.offset > pos) slots.push_back(Slot{pos, b.offset - pos, true, nullptr});
+    auto it = owner.find(b.offset);
+    const bool owned = it != owner.end() && it->second->block.size == b.size;
+    slots.push_back(Slot{b.offset, b.size, false, owned ? it->second : nullptr});
+    pos = b.offset + b.size;
+  }
+  if (capacity > pos) slots.push_back(Slot{pos, capacity - pos, true, nullptr});
+  return slots;
+}
+
+Engine::CompactionPlan Engine::plan_compaction(size_t bytes, std::span<TensorRecord* const> in_use,
+                                               std::span<const alloc::Block> live) {
   alloc::Region& region = host_.compute_region();
   const size_t need = alloc::round_up(bytes);
   CompactionPlan plan;
@@ -359,15 +376,9 @@ Engine::CompactionPlan Engine::plan_compaction(size_t bytes, std::span<TensorRec
     TensorRecord* r;
   };
   std::vector<Item> items;
-  size_t pos = 0;
-  for (const alloc::Block& b : region.live_blocks()) {
-    if (b.offset > pos) items.push_back(Item{Kind::kGap, pos, b.offset - pos, nullptr});
-    auto it = owner.find(b.offset);
-    const bool movable = it != owner.end() && it->second->block.size == b.size;
-    items.push_back(Item{movable ? Kind::kMovable : Kind::kFixed, b.offset, b.size, movable ? it->second : nullptr});
-    pos = b.offset + b.size;
+  for (const Slot& x : layout(live, owner)) {
+    items.push_back(Item{x.gap ? Kind::kGap : x.r ? Kind::kMovable : Kind::kFixed, x.offset, x.size, x.r});
   }
-  if (region.capacity() > pos) items.push_back(Item{Kind::kGap, pos, region.capacity() - pos, nullptr});
 
   // Sliding: the window whose blocks hold the fewest bytes (two pointers).
   size_t slide_l = 0, slide_r = 0, slide_moved = SIZE_MAX;
@@ -461,7 +472,7 @@ Engine::CompactionPlan Engine::plan_compaction(size_t bytes, std::span<TensorRec
 }
 
 bool Engine::compact(size_t bytes, std::span<TensorRecord* const> in_use) {
-  return run_compaction(plan_compaction(bytes, in_use), bytes);
+  return run_compaction(plan_compaction(bytes, in_use, host_.compute_region().live_blocks()), bytes);
 }
 
 constexpr double kMoveMargin = 4;  // Note [Compaction]
@@ -469,9 +480,10 @@ constexpr double kMoveMargin = 4;  // Note [Compaction]
 bool Engine::compact_if_cheaper(size_t bytes, std::span<TensorRecord* const> in_use) {
   if (!opts_.move_when_cheaper) return false;
   const auto t0 = Clock::now();
-  CompactionPlan plan = plan_compaction(bytes, in_use);
+  const std::vector<alloc::Block> live = host_.compute_region().live_blocks();
+  CompactionPlan plan = plan_compaction(bytes, in_use, live);
   const bool cheaper = plan.moved != SIZE_MAX &&
-                       kMoveMargin * static_cast<double>(plan.moved) / bytes_per_us_ < eviction_window_us(bytes);
+                       kMoveMargin * static_cast<double>(plan.moved) / bytes_per_us_ < eviction_window_us(bytes, live);
   stats_.search_us += us_since(t0);
   return cheaper && run_compaction(plan, bytes);
 }
@@ -490,9 +502,8 @@ bool Engine::run_compaction(const CompactionPlan& plan, size_t bytes) {
 
 // eviction_window_us: Note [Compaction]. The window is a run of free gaps and tensors the
 // policy may evict now (unpinned candidates), with no other block in it.
-double Engine::eviction_window_us(size_t bytes) {
+double Engine::eviction_window_us(size_t bytes, std::span<const alloc::Block> live) {
   if (opts_.policy == EvictPolicy::kNone || candidates_.empty()) return kNoWindow;
-  alloc::Region& region = host_.compute_region();
   const size_t need = alloc::round_up(bytes);
   absl::flat_hash_map<size_t, TensorRecord*> evictable;
   for (TensorRecord* r : candidates_) {
@@ -504,20 +515,15 @@ double Engine::eviction_window_us(size_t bytes) {
     double us;
   };
   std::vector<Item> items;
-  size_t pos = 0;
-  for (const alloc::Block& b : region.live_blocks()) {
-    if (b.offset > pos) items.push_back(Item{false, b.offset - pos, 0});
-    Item item{true, b.size, 0};
-    auto it = evictable.find(b.offset);
-    if (it != evictable.end() && it->second->block.size == b.size) {
+  for (const Slot& x : layout(live, evictable)) {
+    Item item{!x.gap, x.size, 0};
+    if (x.r != nullptr) {
       CandidateStats c;
-      const Score s = score_of(*it->second, &c);
-      if (s.eligible) item = Item{false, b.size, s.action == Action::kDrop ? c.compute_us + c.neighbourhood_us : c.swap_us};
+      const Score s = score_of(*x.r, &c);
+      if (s.eligible) item = Item{false, x.size, s.action == Action::kDrop ? c.compute_us + c.neighbourhood_us : c.swap_us};
     }
     items.push_back(item);
-    pos = b.offset + b.size;
   }
-  if (region.capacity() > pos) items.push_back(Item{false, region.capacity() - pos, 0});
   double best = kNoWindow;
   size_t l = 0, span = 0;
   double us = 0;

@@ -217,13 +217,24 @@ class Engine {
     size_t moved = SIZE_MAX;
     std::vector<std::pair<TensorRecord*, size_t>> moves;
   };
-  CompactionPlan plan_compaction(size_t bytes, std::span<TensorRecord* const> in_use);
+  // Slot: a stretch of the compute region in address order: a free gap, or a live block
+  // and the tensor of `owner` that holds it (nullptr: none of them).
+  struct Slot {
+    size_t offset, size;
+    bool gap;
+    TensorRecord* r;
+  };
+  // layout: the slots of the region whose live blocks, by offset, are `live`.
+  std::vector<Slot> layout(std::span<const alloc::Block> live,
+                           const absl::flat_hash_map<size_t, TensorRecord*>& owner) const;
+  CompactionPlan plan_compaction(size_t bytes, std::span<TensorRecord* const> in_use,
+                                 std::span<const alloc::Block> live);
   bool run_compaction(const CompactionPlan& plan, size_t bytes);
   // eviction_window_us: what evicting the cheapest run of adjacent tensors that, with the
   // free bytes among them, makes a block of `bytes` would cost: the sum of each one's
   // recompute or swap time; kNoWindow when no such run exists.
   static constexpr double kNoWindow = 1e300;
-  double eviction_window_us(size_t bytes);
+  double eviction_window_us(size_t bytes, std::span<const alloc::Block> live);
   // kept_for_this_op: r was recomputed twice or more for the op being run, so it is kept
   // from being dropped but as a last resort (Note [Recompute cycles]).
   bool kept_for_this_op(const TensorRecord& r) const {

@@ -503,8 +503,8 @@ absl::StatusOr<alloc::Block> Executor::allocate(size_t bytes, const std::functio
     }
     // Within the budget, the free bytes are there but in pieces: move resident tensors
     // together when the copy costs under a quarter of what evicting would (Note
-    // [Compaction], evict/engine.cc). A kernel running now (its scratch) holds its inputs' addresses,
-    // so they stay put.
+    // [Compaction], evict/engine.cc). A kernel running now (its scratch) holds its
+    // inputs' addresses, so they stay put.
     const std::span<TensorRecord* const> in_use = request == Request::kScratch && !frames_.empty()
                                                       ? frames_.back()->inputs
                                                       : std::span<TensorRecord* const>();
