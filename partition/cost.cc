@@ -17,6 +17,23 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Note [Preempted calls]
+// On ranks that share cores a call is now and then taken off its core for a whole time
+// slice of the OS, milliseconds, whatever its own length: in one warm-up of GPT-2 small
+// under --dtp=auto (4 ranks, 2 cores) 47 calls of the attention's `scale` took 15-78 us
+// and one 12,189 us, so their mean (277 us) priced the op at 12 times what its later calls
+// took (24 us); two `softmax` calls of 24 took 3.7 ms against 584-711 us for the rest.
+// Such a call says nothing about the op, and how many of them a later iteration meets is
+// chance, so fit_rates leaves out of a shape's mean every call slower than kPreempted
+// times the shape's median and by more than kTimeSliceUs. The sharing itself moves a
+// call's time by up to 2x (a core to itself or half of one), and a small op's calls vary
+// by more than 4x without losing a slice; both stay in the mean (with the 4x rule alone,
+// VGG-16's prediction error was 20.3% and 20.1% against 15.1% and 16.6% with every call;
+// docs/dtp.md, "What auto measures"). An op longer than a time slice is slowed by at most
+// 2x by one, and keeps it.
+constexpr double kPreempted = 4;
+constexpr double kTimeSliceUs = 1000;
+
 // term: x / rate, with an infinite rate dropping the term and a rate of 0 (unset) making
 // any work infinitely slow.
 double term(double x, double rate) {
@@ -102,16 +119,26 @@ absl::StatusOr<Rates> fit_rates(std::span<const RateSample> samples) {
   // relative-error fit below would otherwise weight each call by its rate (the rate it
   // finds is the rates' mean weighted by themselves) and follow the fast calls: on 4 ranks
   // sharing 2 cores a GEMM runs at the whole core's rate in some calls and at half of it in
-  // others, and the fit found 78 GFLOP/s where the calls averaged 45.
-  std::map<std::pair<double, double>, std::pair<double, int>> by_shape;
-  for (const RateSample& s : samples) {
-    auto& [sum, n] = by_shape[{s.flops, s.bytes}];
-    sum += s.us;
-    ++n;
-  }
+  // others, and the fit found 78 GFLOP/s where the calls averaged 45. Calls more than
+  // kPreempted times the shape's median and kTimeSliceUs above it are left out of the mean
+  // (Note [Preempted calls]).
+  std::map<std::pair<double, double>, std::vector<double>> by_shape;
+  for (const RateSample& s : samples) by_shape[{s.flops, s.bytes}].push_back(s.us);
   std::vector<RateSample> means;
   means.reserve(by_shape.size());
-  for (const auto& [shape, t] : by_shape) means.push_back({shape.first, shape.second, t.first / t.second});
+  for (auto& [shape, us] : by_shape) {
+    std::sort(us.begin(), us.end());
+    const size_t n = us.size();
+    const double median = n % 2 ? us[n / 2] : (us[n / 2 - 1] + us[n / 2]) / 2;
+    double sum = 0;
+    int kept = 0;
+    for (double u : us) {
+      if (u > kPreempted * median && u > median + kTimeSliceUs) break;  // sorted: the rest are slower still
+      sum += u;
+      ++kept;
+    }
+    means.push_back({shape.first, shape.second, sum / kept});  // kept >= 1: the fastest is within
+  }
   samples = means;
   // Features (flops, bytes, 1), each column scaled by its largest value so the normal
   // equations stay well conditioned (FLOPs reach 1e10, the constant is 1).

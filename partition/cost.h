@@ -51,7 +51,9 @@ struct RateSample {
 // relative error (each sample weighted by 1/us², as mtc-bench-comm fits its alpha-beta
 // lines, so that small ops count as much as large ones). Samples of one shape (equal
 // flops and bytes) are first averaged into one, so the fit predicts a call's mean time
-// however the calls' times spread. The non-negative solution is
+// however the calls' times spread; calls more than 4 times the shape's median and 1 ms
+// above it (a time slice lost to another process: Note [Preempted calls] in cost.cc) are
+// left out. The non-negative solution is
 // exact: every subset of {a, b, c} is solved by the normal equations with the others held
 // at 0, and the feasible solution (all >= 0) with the smallest weighted residual wins.
 // Returns flops_per_us = 1/a and bytes_per_us = 1/b (+infinity where the coefficient is

@@ -100,6 +100,38 @@ TEST(RatesTest, CallsOfOneShapeCountAtTheirMeanTime) {
   EXPECT_DOUBLE_EQ(ru->overhead_us, ro->overhead_us);
 }
 
+TEST(RatesTest, APreemptedCallIsLeftOutOfItsShapesMean) {
+  // Note [Preempted calls]: 20 calls of 1e6 FLOP at 20-39 us and one at 12,000 us (a time
+  // slice lost): the shape is priced at the 20 calls' mean, 29.5 us, not at 600 us.
+  std::vector<RateSample> samples;
+  double sum = 0;
+  for (int i = 0; i < 20; ++i) {
+    samples.push_back({1e6, 0, 20.0 + i});
+    sum += 20.0 + i;
+  }
+  samples.push_back({1e6, 0, 12000});
+  auto r = fit_rates(samples);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(1e6 / r->flops_per_us + r->overhead_us, sum / 20, 1e-6);
+  // Calls up to 4 times the median stay (the cores' sharing moves a call 2x): 100, 100,
+  // 300 and 400 us average 225 us. So do calls further out by less than a time slice
+  // (1 ms): 10, 10, 10 and 900 us average 232.5 us.
+  std::vector<RateSample> shared = {{1e6, 0, 100}, {1e6, 0, 100}, {1e6, 0, 300}, {1e6, 0, 400}};
+  auto rs = fit_rates(shared);
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  EXPECT_NEAR(1e6 / rs->flops_per_us + rs->overhead_us, 225, 1e-6);
+  std::vector<RateSample> small = {{1e6, 0, 10}, {1e6, 0, 10}, {1e6, 0, 10}, {1e6, 0, 900}};
+  auto rm = fit_rates(small);
+  ASSERT_TRUE(rm.ok()) << rm.status();
+  EXPECT_NEAR(1e6 / rm->flops_per_us + rm->overhead_us, 232.5, 1e-6);
+  // Of two calls the median is their mean, which neither is 4 times: 10 and 1,000 us
+  // price the shape at 505 us.
+  std::vector<RateSample> two = {{1e6, 0, 10}, {1e6, 0, 1000}};
+  auto rt = fit_rates(two);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  EXPECT_NEAR(1e6 / rt->flops_per_us + rt->overhead_us, 505, 1e-6);
+}
+
 TEST(RatesTest, FitRejectsBadSamples) {
   EXPECT_FALSE(fit_rates({}).ok());
   std::vector<RateSample> bad = {{1e6, 1e3, 0}};
