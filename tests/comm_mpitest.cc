@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -192,6 +193,51 @@ TEST(CommMpi, ReduceScatter) {
       reduce_scatter_case<int32_t>(op, n);
       reduce_scatter_case<float>(op, n);
     }
+  }
+}
+
+// Calls of 4 MiB and more run as a pairwise exchange (comm/mpi.cc, Note [Pairwise
+// reduce-scatter]), in chunks of 1 Mi elements (4 MiB): an all_reduce whose count the ranks do
+// not divide (one block one element longer, so one more chunk than the others: the
+// other ranks send it empty messages), a reduce_scatter of blocks one element past a
+// chunk, and both in place or not.
+TEST(CommMpi, LargeCallsInUnevenBlocksAndChunks) {
+  const size_t chunk = size_t{1} << 20;
+  for (ReduceOp op : kOps) {
+    all_reduce_case<int32_t>(op, chunk * W + 1);
+    all_reduce_case<float>(op, chunk + 3);
+    reduce_scatter_case<int32_t>(op, chunk + 1);
+    reduce_scatter_case<float>(op, chunk / W + 1);
+  }
+  const size_t n = chunk * W + 1;
+  std::vector<int32_t> buf = input<int32_t>(R, n);
+  EXPECT_TRUE(g_comm->all_reduce(buf.data(), buf.data(), n, DataType::kI32, ReduceOp::kSum)->wait().ok());
+  std::vector<int32_t> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = reduce<int32_t>(ReduceOp::kSum, W, [&](int r) { return value(r, i); });
+  EXPECT_TRUE(same(buf, want));
+}
+
+// A large f32 all_reduce of fractional values: within 1e-6 of the sum, and bit for bit the
+// same on every rank (each block is summed on one rank and then gathered).
+TEST(CommMpi, LargeAllReduceIsTheSameOnEveryRank) {
+  const size_t n = (size_t{1} << 20) + 5;  // 4 MiB and 20 bytes
+  auto frac = [](int r, size_t i) { return 0.5f + static_cast<float>((r * 31 + i * 17) % 1000) / 997.0f; };
+  std::vector<float> send(n), recv(n);
+  for (size_t i = 0; i < n; ++i) send[i] = frac(R, i);
+  ASSERT_TRUE(g_comm->all_reduce(send.data(), recv.data(), n, DataType::kF32, ReduceOp::kSum)->wait().ok());
+  int bad = 0;
+  for (size_t i = 0; i < n && bad < 5; ++i) {
+    double want = 0;
+    for (int r = 0; r < W; ++r) want += frac(r, i);
+    if (std::fabs(recv[i] - want) > 1e-6 * want) {
+      ADD_FAILURE() << "element " << i << ": got " << recv[i] << ", expected " << want;
+      ++bad;
+    }
+  }
+  std::vector<float> all(n * W);
+  ASSERT_TRUE(g_comm->all_gather(recv.data(), all.data(), n, DataType::kF32)->wait().ok());
+  for (int r = 0; r < W; ++r) {
+    EXPECT_EQ(std::memcmp(all.data() + r * n, recv.data(), n * sizeof(float)), 0) << "rank " << r << " differs";
   }
 }
 
