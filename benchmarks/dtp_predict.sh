@@ -85,8 +85,8 @@ if [ -n "$logs" ]; then
 elif [ -z "$comm" ]; then
   [ -x "$bench_comm" ] || { echo "dtp_predict.sh: no $bench_comm: build it (ninja -C build mtc_bench_comm) or pass --comm FILE" >&2; exit 2; }
   comm=$tmp/comm_model.json
-  echo "collectives: mtc-bench-comm on $ranks ranks (8 B to 16 MiB) -> the alpha-beta fit the model prices them with"
-  if ! run_logged "$tmp/comm.txt" "$mpirun" --oversubscribe -np "$ranks" "$bench_comm" --backend mpi --max_bytes 16MiB \
+  echo "collectives: mtc-bench-comm on $ranks ranks (8 B to 128 MiB) -> the alpha-beta fit the model prices them with"
+  if ! run_logged "$tmp/comm.txt" "$mpirun" --oversubscribe -np "$ranks" "$bench_comm" --backend mpi --max_bytes 128MiB \
       --iters 10 --warmup_iters 3 --out "$comm"; then
     show_tail "mtc-bench-comm failed" "$tmp/comm.txt"; exit 2
   fi

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <optional>
@@ -237,11 +238,45 @@ double CollectiveModel::time_us(Collective c, double size_bytes, int p) const {
   return shared_call_us(c, size_bytes, p, 1.0);
 }
 
+// Note [Measured collective points]
+// mtc-bench-comm's one line per collective (fitted on the relative error, so that small
+// calls are priced right) misses the large ones on shared cores: on 4 ranks on 2 cores
+// Open MPI's reduce_scatter measured 0.6 ms at 2 MiB, 8.6 ms at 8 MiB (the line: 2.9 ms)
+// and 1.48 s at 128 MiB (the line: 46 ms), where the GPT's LM head reduce-scatters its
+// Partial logits, 103 MB, and took 1.2-1.5 s (comm/'s MPI backend has since run large
+// reduce-scatters itself, Note [Pairwise reduce-scatter] in comm/mpi.cc; a backend's
+// curve still need not be one line). So where the file has the measured points a call is
+// read off them: linear between the two sizes around it (each segment is an alpha-beta
+// line of its own), past the largest along the last segment, below the smallest at its
+// time. A time above a larger size's is noise (the 8-byte all_reduce measured 138 us, the
+// 32-byte one 33 us) and is lowered to it, so that the price never falls as a call grows.
+// At another world size the call is read at the size that moves as many bus bytes at the
+// points' world size, the rescaling the lines make.
 double CollectiveModel::shared_call_us(Collective c, double size_bytes, int p, double call_share) const {
   if (p <= 1) return 0;
   const Line& l = lines[static_cast<int>(c)];
-  return l.bus_us_per_byte * size_bytes * busbw_factor(c, p) +
-         std::clamp(call_share, 0.0, 1.0) * (l.alpha_us + per_call_us);
+  const Points& pt = points[static_cast<int>(c)];
+  double fixed_us = l.alpha_us;
+  double bytes_us = l.bus_us_per_byte * size_bytes * busbw_factor(c, p);
+  if (!pt.at.empty()) {
+    const auto& at = pt.at;
+    const double s = size_bytes * busbw_factor(c, p) / busbw_factor(c, pt.world_size);
+    fixed_us = at.front().second;
+    double t = fixed_us;
+    if (s > at.back().first) {
+      const size_t n = at.size();
+      const double slope = n >= 2 ? (at[n - 1].second - at[n - 2].second) / (at[n - 1].first - at[n - 2].first)
+                                  : l.bus_us_per_byte * busbw_factor(c, pt.world_size);
+      t = at.back().second + slope * (s - at.back().first);
+    } else if (s > at.front().first) {
+      const auto hi = std::lower_bound(at.begin(), at.end(), s,
+                                       [](const std::pair<double, double>& a, double v) { return a.first < v; });
+      const auto lo = hi - 1;
+      t = lo->second + (hi->second - lo->second) * (s - lo->first) / (hi->first - lo->first);
+    }
+    bytes_us = t - fixed_us;
+  }
+  return bytes_us + std::clamp(call_share, 0.0, 1.0) * (fixed_us + per_call_us);
 }
 
 absl::Status CollectiveModel::calibrate(std::span<const Sample> samples) {
@@ -286,6 +321,33 @@ absl::Status CollectiveModel::set_fit(Collective c, double alpha_us, double beta
   return absl::OkStatus();
 }
 
+absl::Status CollectiveModel::set_points(Collective c, std::span<const std::pair<double, double>> at,
+                                         int world_size) {
+  const std::string name = collective_name(c);
+  if (world_size < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective model: ", name, " points measured at world_size ", world_size, "; needs >= 2"));
+  }
+  if (at.empty()) return absl::InvalidArgumentError(absl::StrCat("collective model: ", name, ": no points"));
+  for (size_t i = 0; i < at.size(); ++i) {
+    const auto [bytes, us] = at[i];
+    if (!(bytes > 0) || !(us > 0) || !std::isfinite(bytes) || !std::isfinite(us)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "collective model: %s point %d needs bytes > 0 and us > 0, both finite; got [%g, %g]", name, i, bytes, us));
+    }
+    if (i > 0 && !(bytes > at[i - 1].first)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "collective model: %s points need increasing sizes; point %d has %g bytes after %g", name, i, bytes,
+          at[i - 1].first));
+    }
+  }
+  Points& pt = points[static_cast<int>(c)];
+  pt.world_size = world_size;
+  pt.at.assign(at.begin(), at.end());
+  for (size_t i = pt.at.size() - 1; i-- > 0;) pt.at[i].second = std::min(pt.at[i].second, pt.at[i + 1].second);
+  return absl::OkStatus();
+}
+
 CollectiveModel CollectiveModel::mpi_cpu_default() {
   CollectiveModel m;
   // docs/comm.md's sample: all_reduce alpha 35.1 us, beta 0.00237 us/B at 4 ranks (factor 1.5).
@@ -303,10 +365,14 @@ CollectiveModel CollectiveModel::nccl_default() {
 }
 
 namespace {
-// number_after: the number following `"key":` at or after `from` in text (and its end).
-std::optional<double> number_after(absl::string_view text, absl::string_view key, size_t from, size_t* end) {
+// A reader for the few shapes of mtc-bench-comm's JSON (docs/comm.md), with no library:
+// numbers after a key, an object's extent, and the points' array of pairs. No string in
+// that file holds a brace or a bracket.
+
+// number_after: the number following `"key":` in text.
+std::optional<double> number_after(absl::string_view text, absl::string_view key) {
   const std::string k = absl::StrCat("\"", key, "\"");
-  size_t i = text.find(k, from);
+  size_t i = text.find(k);
   if (i == absl::string_view::npos) return std::nullopt;
   i = text.find(':', i + k.size());
   if (i == absl::string_view::npos) return std::nullopt;
@@ -314,30 +380,95 @@ std::optional<double> number_after(absl::string_view text, absl::string_view key
   char* stop = nullptr;
   const double v = std::strtod(rest.c_str(), &stop);
   if (stop == rest.c_str()) return std::nullopt;
-  if (end) *end = i + 1 + static_cast<size_t>(stop - rest.c_str());
   return v;
+}
+
+// object_after: the object `{...}` that is the value of the key at `at` (the text from its
+// `{` to the matching `}`), empty when the value is not an object or does not close.
+absl::string_view object_after(absl::string_view text, size_t at) {
+  const size_t colon = text.find(':', at);
+  if (colon == absl::string_view::npos) return {};
+  const size_t open = text.find_first_not_of(" \t\r\n", colon + 1);
+  if (open == absl::string_view::npos || text[open] != '{') return {};
+  int depth = 0;
+  for (size_t i = open; i < text.size(); ++i) {
+    if (text[i] == '{') ++depth;
+    if (text[i] == '}' && --depth == 0) return text.substr(open, i + 1 - open);
+  }
+  return {};
+}
+
+// points_in: the `"points": [[bytes, us], ...]` of one collective's object; nullopt when the
+// key is there but its value is not such an array, an empty vector when the key is absent.
+std::optional<std::vector<std::pair<double, double>>> points_in(absl::string_view object) {
+  std::vector<std::pair<double, double>> at;
+  size_t i = object.find("\"points\"");
+  if (i == absl::string_view::npos) return at;
+  i = object.find(':', i);
+  const std::string rest(object.substr(i == absl::string_view::npos ? object.size() : i + 1));
+  const char* p = rest.c_str();
+  auto skip = [&p] {
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') ++p;
+  };
+  auto number = [&p](double* v) {
+    char* stop = nullptr;
+    *v = std::strtod(p, &stop);
+    if (stop == p) return false;
+    p = stop;
+    return true;
+  };
+  skip();
+  if (*p++ != '[') return std::nullopt;
+  skip();
+  if (*p == ']') return at;
+  while (true) {
+    double bytes = 0, us = 0;
+    skip();
+    if (*p++ != '[') return std::nullopt;
+    skip();
+    if (!number(&bytes)) return std::nullopt;
+    skip();
+    if (*p++ != ',') return std::nullopt;
+    skip();
+    if (!number(&us)) return std::nullopt;
+    skip();
+    if (*p++ != ']') return std::nullopt;
+    at.emplace_back(bytes, us);
+    skip();
+    if (*p == ']') return at;
+    if (*p++ != ',') return std::nullopt;
+  }
 }
 }  // namespace
 
 absl::StatusOr<CollectiveModel> CollectiveModel::from_bench_json(absl::string_view text, const CollectiveModel& base) {
-  std::optional<double> ws = number_after(text, "world_size", 0, nullptr);
+  std::optional<double> ws = number_after(text, "world_size");
   if (!ws || *ws < 2) {
     return absl::InvalidArgumentError("mtc-bench-comm JSON: expected \"world_size\": N with N >= 2");
   }
+  const int world_size = static_cast<int>(*ws);
   CollectiveModel m = base;
   int found = 0;
   for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
                        Collective::kAllToAll}) {
     const size_t at = text.find(absl::StrCat("\"", collective_name(c), "\""));
     if (at == absl::string_view::npos) continue;
-    size_t end = 0;
-    std::optional<double> a = number_after(text, "alpha_us", at, &end);
-    std::optional<double> b = number_after(text, "beta_us_per_byte", at, nullptr);
-    if (!a || !b) {
-      return absl::InvalidArgumentError(absl::StrCat("mtc-bench-comm JSON: ", collective_name(c),
-                                                     ": expected alpha_us and beta_us_per_byte numbers"));
+    const std::string what = absl::StrCat("mtc-bench-comm JSON: ", collective_name(c), ": ");
+    // Read within the collective's own object, so that a figure it lacks is not taken
+    // from the next collective's.
+    const absl::string_view object = object_after(text, at);
+    std::optional<double> a = number_after(object, "alpha_us");
+    std::optional<double> b = number_after(object, "beta_us_per_byte");
+    if (!a || !b) return absl::InvalidArgumentError(what + "expected alpha_us and beta_us_per_byte numbers");
+    MTC_RETURN_IF_ERROR(m.set_fit(c, *a, *b, world_size));
+    std::optional<std::vector<std::pair<double, double>>> points = points_in(object);
+    if (!points) return absl::InvalidArgumentError(what + "expected \"points\": [[bytes, us], ...]");
+    m.points[static_cast<int>(c)] = {};
+    if (!points->empty()) {
+      if (absl::Status s = m.set_points(c, *points, world_size); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("mtc-bench-comm JSON: ", s.message()));
+      }
     }
-    MTC_RETURN_IF_ERROR(m.set_fit(c, *a, *b, static_cast<int>(*ws)));
     ++found;
   }
   if (found == 0) {

@@ -13,6 +13,8 @@
 #include <map>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -97,22 +99,39 @@ double collective_size_bytes(Collective c, double global_bytes, int p);
 // is kept per byte of bus traffic (S · factor, what a ring-optimal algorithm sends on each
 // link) so that one fit made at one world size prices another (docs/comm.md: the bus
 // bandwidth stays roughly constant); alpha is kept as measured.
+//
+// Where the file has the measured points as well (mtc-bench-comm's `points`), a call is
+// priced from them instead: linearly between the two measured sizes around it, past the
+// largest along the last two points' slope, below the smallest at the smallest's time
+// (Note [Measured collective points] in cost.cc: on 4 ranks sharing 2 cores Open MPI's
+// reduce_scatter took 0.6 ms at 2 MiB, 8.6 ms at 8 MiB and 1.48 s at 128 MiB, which no
+// one line follows). A size at another world size is read at the size that moves the same
+// bus bytes at the points' world size.
 struct CollectiveModel {
   struct Line {
     double alpha_us = 0;         // us per call
     double bus_us_per_byte = 0;  // us per byte of bus traffic (1 / bus bandwidth in bytes/us)
   };
   std::array<Line, 4> lines{};  // indexed by Collective
+  // One collective's measured calls: [S bytes, us] at world_size ranks, sizes increasing;
+  // set_points makes the times non-decreasing (a time above a larger size's is noise).
+  // Empty: the line prices the calls.
+  struct Points {
+    int world_size = 0;
+    std::vector<std::pair<double, double>> at;
+  };
+  std::array<Points, 4> points{};  // indexed by Collective
   // Measured in place (calibrate): what every call takes beyond its line's time. Where
   // ranks share cores it is mostly the wait for the last rank to arrive.
   double per_call_us = 0;
 
-  // time_us: alpha + bus_us_per_byte · S · busbw_factor(c, p) + per_call_us; 0 on one rank
-  // (shared_call_us with the whole call).
+  // time_us: alpha + bus_us_per_byte · S · busbw_factor(c, p) + per_call_us, or by the
+  // points; 0 on one rank (shared_call_us with the whole call).
   double time_us(Collective c, double size_bytes, int p) const;
   // shared_call_us: S's part of one call that carries other tensors too (a data-parallel
-  // gradient bucket): bus_us_per_byte · S · busbw_factor(c, p) + call_share · (alpha +
-  // per_call_us), call_share in [0, 1]; 0 on one rank.
+  // gradient bucket): its bytes' time + call_share · (the call's fixed time + per_call_us),
+  // call_share in [0, 1]; 0 on one rank. The fixed time is alpha, or the smallest point's
+  // time, and the bytes' time what the call takes beyond it.
   double shared_call_us(Collective c, double size_bytes, int p, double call_share) const;
   // calibrate: per_call_us from collectives measured in training: the median over the
   // calls of (measured − predicted), at least 0. The median, not the mean: on 4 ranks
@@ -131,6 +150,10 @@ struct CollectiveModel {
   // of S) measured at world_size ranks; beta is turned into the per-bus-byte figure by
   // dividing by busbw_factor(c, world_size). Errors: world_size < 2, negative figures.
   absl::Status set_fit(Collective c, double alpha_us, double beta_us_per_byte, int world_size);
+  // set_points: the measured [S bytes, us] pairs of mtc-bench-comm's JSON, at world_size
+  // ranks (Points). Errors (the model unchanged): world_size < 2, no pair, a size or time
+  // not finite and > 0, sizes not increasing.
+  absl::Status set_points(Collective c, std::span<const std::pair<double, double>> at, int world_size);
 
   // mpi_cpu_default: MPI on host memory, one node. Source: docs/comm.md's sample of
   // mtc-bench-comm's JSON (mpi, 4 ranks, all_reduce: alpha 35.1 us, beta 0.00237 us/B at
@@ -146,9 +169,10 @@ struct CollectiveModel {
   // by mtc-bench-comm's fit on the machine at hand.
   static CollectiveModel nccl_default();
   // from_bench_json: mtc-bench-comm's alpha-beta JSON (docs/comm.md): world_size and, for
-  // each collective it has, alpha_us and beta_us_per_byte (set_fit); the collectives it
-  // lacks keep `base`'s lines. Errors: no world_size, no collective, a figure that does not
-  // parse or set_fit refuses; each names what was expected.
+  // each collective it has, alpha_us and beta_us_per_byte (set_fit) and, when present, its
+  // points (set_points); the collectives it lacks keep `base`'s lines and points. Errors:
+  // no world_size, no collective, a figure or points that do not parse or that set_fit /
+  // set_points refuses; each names what was expected.
   static absl::StatusOr<CollectiveModel> from_bench_json(absl::string_view text, const CollectiveModel& base);
 };
 

@@ -609,10 +609,17 @@ TEST(CollectiveTest, FromBenchJsonReadsEveryLineAndKeepsTheBase) {
   const CollectiveModel base = HandComm();
   auto m = CollectiveModel::from_bench_json(json, base);
   ASSERT_TRUE(m.ok()) << m.status();
-  // As fitted at 4 ranks: 100 us + 0.003 us/B x 1 MB; at 2 ranks the bus factor 1 instead
-  // of 1.5 leaves 0.002 us per byte.
-  EXPECT_NEAR(m->time_us(Collective::kAllReduce, 1e6, 4), 3100, 1e-9);
-  EXPECT_NEAR(m->time_us(Collective::kAllReduce, 1e6, 2), 2100, 1e-9);
+  // all_reduce has one point, 100 us at 8 B: past it the line's 0.003 us/B (at 4 ranks)
+  // carries on from it. At 2 ranks the bus factor 1 instead of 1.5 reads 1 MB as 1/1.5 MB
+  // at 4 ranks.
+  EXPECT_NEAR(m->time_us(Collective::kAllReduce, 1e6, 4), 100 + 0.003 * (1e6 - 8), 1e-9);
+  EXPECT_NEAR(m->time_us(Collective::kAllReduce, 1e6, 2), 100 + 0.003 * (1e6 / 1.5 - 8), 1e-9);
+  // Without points the line alone: 100 us + 0.003 us/B x 1 MB; 0.002 us per byte at 2 ranks.
+  auto line = CollectiveModel::from_bench_json(
+      R"({"world_size": 4, "collectives": {"all_reduce": {"alpha_us":100,"beta_us_per_byte":0.003}}})", base);
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_NEAR(line->time_us(Collective::kAllReduce, 1e6, 4), 3100, 1e-9);
+  EXPECT_NEAR(line->time_us(Collective::kAllReduce, 1e6, 2), 2100, 1e-9);
   // all_gather is not in the file: the base's line.
   EXPECT_DOUBLE_EQ(m->time_us(Collective::kAllGather, 1e6, 4), base.time_us(Collective::kAllGather, 1e6, 4));
   auto no_ws = CollectiveModel::from_bench_json(R"({"collectives": {}})", base);
@@ -627,6 +634,79 @@ TEST(CollectiveTest, FromBenchJsonReadsEveryLineAndKeepsTheBase) {
   ASSERT_FALSE(half.ok());
   EXPECT_EQ(half.status().message(),
             "mtc-bench-comm JSON: all_gather: expected alpha_us and beta_us_per_byte numbers");
+}
+
+TEST(CollectiveTest, MeasuredPointsPriceTheCallsTheLineMisses) {
+  // mtc-bench-comm's reduce_scatter on 4 MPI ranks sharing 2 cores (rounded): the line,
+  // fitted on the relative error, says 40 us + 0.00034 us/B, 2.9 ms at 8 MiB and 46 ms at
+  // 128 MiB, where the calls took 8.6 ms and 1.36 s. The 8-byte point (138 us) is above
+  // the 32-byte one: noise, lowered to 42 us.
+  const std::string json = R"({"world_size": 4, "collectives": {"reduce_scatter": {
+    "alpha_us":40,"beta_us_per_byte":0.00034,"busbw_factor":0.75,
+    "points":[[8,138],[32,42],[2097152,610],[8388608,8648],[134217728,1364627]]}}})";
+  const CollectiveModel base = HandComm();
+  auto m = CollectiveModel::from_bench_json(json, base);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Collective rs = Collective::kReduceScatter;
+  EXPECT_NEAR(m->time_us(rs, 8, 4), 42, 1e-9);   // lowered to the 32-byte point
+  EXPECT_NEAR(m->time_us(rs, 1, 4), 42, 1e-9);   // below the smallest: its time
+  EXPECT_NEAR(m->time_us(rs, 8388608, 4), 8648, 1e-9);
+  // Between two points, on the line through them: 4 MiB is a third of the way from 2 to
+  // 8 MiB; the GPT's logits (103 MB) lie between 8 and 128 MiB.
+  EXPECT_NEAR(m->time_us(rs, 4194304, 4), 610 + (8648 - 610) / 3.0, 1e-9);
+  const double slope = (1364627.0 - 8648) / (134217728.0 - 8388608);
+  EXPECT_NEAR(m->time_us(rs, 103e6, 4), 8648 + slope * (103e6 - 8388608), 1e-6);
+  EXPECT_GT(m->time_us(rs, 103e6, 4), 20 * (40 + 0.00034 * 103e6));  // the line: 35 ms
+  // Past the largest point, along the last segment.
+  EXPECT_NEAR(m->time_us(rs, 2 * 134217728.0, 4), 1364627 + slope * 134217728.0, 1e-6);
+  // At 2 ranks (bus factor 1/2 instead of 3/4) 6 MiB moves the bus bytes of 4 MiB at 4.
+  EXPECT_NEAR(m->time_us(rs, 6291456, 2), m->time_us(rs, 4194304, 4), 1e-9);
+  EXPECT_EQ(m->time_us(rs, 6291456, 1), 0);
+  // A bucket's share: the bytes' time (beyond the smallest point's 42 us) and its share of
+  // the call's fixed time, the smallest point's, with the measured wait.
+  CollectiveModel w = *m;
+  w.per_call_us = 1000;
+  EXPECT_NEAR(w.shared_call_us(rs, 4194304, 4, 0.25), (610 + (8648 - 610) / 3.0 - 42) + 0.25 * (42 + 1000), 1e-9);
+  EXPECT_NEAR(w.time_us(rs, 4194304, 4), m->time_us(rs, 4194304, 4) + 1000, 1e-9);
+  // The other collectives keep the base's lines.
+  EXPECT_DOUBLE_EQ(m->time_us(Collective::kAllGather, 1e6, 4), base.time_us(Collective::kAllGather, 1e6, 4));
+  // A later file without points returns reduce_scatter to its line.
+  auto again = CollectiveModel::from_bench_json(
+      R"({"world_size": 4, "reduce_scatter": {"alpha_us":40,"beta_us_per_byte":0.00034}})", *m);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NEAR(again->time_us(rs, 8388608, 4), 40 + 0.00034 * 8388608, 1e-6);
+}
+
+TEST(CollectiveTest, BadPointsAreRefusedAndLeaveTheModelAsItWas) {
+  CollectiveModel m = HandComm();
+  const Collective ar = Collective::kAllReduce;
+  const double before = m.time_us(ar, 1e6, 4);
+  using P = std::vector<std::pair<double, double>>;
+  absl::Status s = m.set_points(ar, P{{8, 10}, {8, 20}}, 4);
+  EXPECT_EQ(s.message(), "collective model: all_reduce points need increasing sizes; point 1 has 8 bytes after 8");
+  s = m.set_points(ar, P{{8, 10}, {64, 0}}, 4);
+  EXPECT_EQ(s.message(), "collective model: all_reduce point 1 needs bytes > 0 and us > 0, both finite; got [64, 0]");
+  EXPECT_EQ(m.set_points(ar, P{}, 4).message(), "collective model: all_reduce: no points");
+  EXPECT_EQ(m.set_points(ar, P{{8, 10}}, 1).message(),
+            "collective model: all_reduce points measured at world_size 1; needs >= 2");
+  EXPECT_EQ(m.time_us(ar, 1e6, 4), before);
+  const CollectiveModel base = HandComm();
+  auto r = CollectiveModel::from_bench_json(
+      R"({"world_size": 4, "all_reduce": {"alpha_us":1,"beta_us_per_byte":1,"points":[[8,10],[4]]}})", base);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "mtc-bench-comm JSON: all_reduce: expected \"points\": [[bytes, us], ...]");
+  r = CollectiveModel::from_bench_json(
+      R"({"world_size": 4, "all_reduce": {"alpha_us":1,"beta_us_per_byte":1,"points":[[64,10],[8,20]]}})", base);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "mtc-bench-comm JSON: collective model: all_reduce points need increasing sizes; point 1 has 8 bytes "
+            "after 64");
+  // all_gather's line lacks beta: it is not taken from reduce_scatter's after it.
+  r = CollectiveModel::from_bench_json(
+      R"({"world_size": 4, "all_gather": {"alpha_us":1}, "reduce_scatter": {"alpha_us":1,"beta_us_per_byte":1}})",
+      base);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "mtc-bench-comm JSON: all_gather: expected alpha_us and beta_us_per_byte numbers");
 }
 
 TEST(RatesTest, FitFromOneOrTwoSamplesOfOneShapeIsExact) {
