@@ -230,10 +230,11 @@ absl::Status pairwise_reduce(MPI_Comm comm, int rank, int world, const Call& c, 
   return absl::OkStatus();
 }
 
-// run_mpi: one collective on `comm`, blocking, on the comm thread. Counts were checked
-// against INT_MAX by validate() (Limits), so the casts below are exact. Collectives of
-// zero elements return at once: every rank passed the same count.
-absl::Status run_mpi(MPI_Comm comm, int world, const Call& c) {
+// run_mpi: one collective on `comm` (this process its rank `rank` of `world`), blocking,
+// on the comm thread. Counts were checked against INT_MAX by validate() (Limits), so the
+// casts below are exact. Collectives of zero elements return at once: every rank passed
+// the same count.
+absl::Status run_mpi(MPI_Comm comm, int rank, int world, const Call& c) {
   const char* name = kind_name(c.kind);
   const MPI_Datatype dt = mpi_type(c.type);
   const int n = static_cast<int>(c.count);
@@ -242,8 +243,6 @@ absl::Status run_mpi(MPI_Comm comm, int world, const Call& c) {
     case Kind::kAllReduce: {
       if (n == 0) return absl::OkStatus();
       if (world > 1 && c.count * 4 >= kPairwiseBytes) {  // Note [Pairwise reduce-scatter]
-        int rank = 0;
-        MTC_RETURN_IF_ERROR(mpi_status(MPI_Comm_rank(comm, &rank), name, "MPI_Comm_rank"));
         std::vector<size_t> off(world), len(world);
         std::vector<int> counts(world), displs(world);
         for (int r = 0; r < world; ++r) {
@@ -271,8 +270,6 @@ absl::Status run_mpi(MPI_Comm comm, int world, const Call& c) {
     case Kind::kReduceScatter:
       if (n == 0) return absl::OkStatus();
       if (world > 1 && c.count * world * 4 >= kPairwiseBytes) {  // Note [Pairwise reduce-scatter]
-        int rank = 0;
-        MTC_RETURN_IF_ERROR(mpi_status(MPI_Comm_rank(comm, &rank), name, "MPI_Comm_rank"));
         std::vector<size_t> off(world), len(world, c.count);
         for (int r = 0; r < world; ++r) off[r] = r * c.count;
         MTC_RETURN_IF_ERROR(pairwise_reduce(comm, rank, world, c, off, len, c.recv));
@@ -316,7 +313,7 @@ class MpiCommunicator final : public CallCommunicator {
       : comm_(comm), rank_(rank), world_(world), check_on_(check_on) {
     queue_ = std::make_unique<HostQueue>("mtc-comm-mpi", rank, world, Limits{INT_MAX, "MPI counts are int"},
                                          std::move(check), check_on,
-                                         [this](const Call& c) { return run_mpi(comm_, world_, c); });
+                                         [this](const Call& c) { return run_mpi(comm_, rank_, world_, c); });
   }
   ~MpiCommunicator() override {
     queue_.reset();  // runs what is queued, then joins the comm thread, which uses comm_
