@@ -7,8 +7,10 @@
 # would "fit" any batch at a price; DTP under DTE is dtp_auto.sh's).
 #
 # The search: a probe runs the model at a batch (a multiple of N) for a few iterations
-# (forced modes: 1 warm-up + 1, so the optimizer state exists; auto: 3 warm-up + 1, so
-# the decisions made again at the fitted rates run too) and fits when it exits 0. From
+# (forced modes: 1 warm-up + 1, so the optimizer state exists; auto: 3 warm-up + 3, as its
+# timed rounds run, since its decisions at the fitted rates, and so its memory, differ
+# from run to run: at 2700MiB a 3 + 1 probe at batch 64 fitted and the timed run of the
+# same batch stopped out of memory in its fourth iteration) and fits when it exits 0. From
 # --start the batch doubles until a probe fails, then bisects until the failing batch is
 # within --resolution percent of the largest that fits (or N apart). Then --repeat
 # interleaved rounds run every mode at its own largest batch (--warmup 3, --iterations 3)
@@ -97,9 +99,9 @@ run() {
 # counted (a crash must not pass for a memory limit).
 declare -A failures=()
 probe() {
-  local model=$1 mode=$2 batch=$3 log=$tmp/probe-$1-$2-$3.txt w=1 rc=0
-  [ "$mode" = auto ] && w=3
-  run "$model" "$mode" "$batch" "$w" 1 "$log" || rc=$?
+  local model=$1 mode=$2 batch=$3 log=$tmp/probe-$1-$2-$3.txt w=1 it=1 rc=0
+  [ "$mode" = auto ] && w=3 it=3
+  run "$model" "$mode" "$batch" "$w" "$it" "$log" || rc=$?
   if [ $rc = 0 ] && summary_line "$log" >/dev/null; then
     echo "  $model $mode batch $batch: fits" >&2
     return 0
