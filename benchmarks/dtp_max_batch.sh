@@ -27,15 +27,17 @@
 # 2473 MiB), so seq 64 makes the activations bind. VGG-16's data-parallel gradients need
 # 112 MiB of comm region, which at the default split (1/16 of the arena) would decide
 # every mode's batch alike: its comm region is set apart (--vgg_comm_memory 128MiB), and
-# the compute region (the rest of --vgg_memory) binds. A batch at --max-batch is shown as
-# '>=N': a lower bound, not a maximum. Exit: 0 all PASS; 1 a FAIL; 2 usage error, a missing binary,
+# the compute region (the rest of --vgg_memory) binds. The search stops at --max-batch (by
+# default 64 for the GPT, whose probes at 64 take minutes, and 512 for VGG-16, where every
+# mode fitted 64 and each finds its own limit between 128 and 224); a batch there is shown
+# as '>=N': a lower bound, not a maximum. Exit: 0 all PASS; 1 a FAIL; 2 usage error, a missing binary,
 # or no batch at all fitting a mode.
 set -euo pipefail
 
 usage() {
   cat <<EOF
 usage: $0 [--ranks 4] [--models "gpt vgg16"] [--modes "off p1 p2 p3 p4 auto"] [--seq 64]
-          [--gpt_memory 2900MiB] [--vgg_memory 352MiB] [--vgg_comm_memory 128MiB] [--start 8] [--max-batch 64] [--resolution 25]
+          [--gpt_memory 2900MiB] [--vgg_memory 352MiB] [--vgg_comm_memory 128MiB] [--start 8] [--max-batch N (gpt 64, vgg16 512)] [--resolution 25]
           [--repeat 2] [--run-timeout 900] [--keep DIR]
 EOF
 }
@@ -44,7 +46,7 @@ cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train
 ranks=4 models="gpt vgg16" modes="off p1 p2 p3 p4 auto" seq=64 gpt_memory=2900MiB vgg_memory=352MiB vgg_comm_memory=128MiB start=8
-max_batch=64 resolution=25 repeat=2 run_timeout=900 keep=""
+max_batch="" resolution=25 repeat=2 run_timeout=900 keep=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -64,7 +66,9 @@ while [ $# -gt 0 ]; do
     *) echo "dtp_max_batch.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
 done
-need_counts ranks seq start max_batch resolution repeat run_timeout
+need_counts ranks seq start resolution repeat run_timeout
+[ -z "$max_batch" ] || need_counts max_batch
+gpt_max_batch=${max_batch:-64} vgg_max_batch=${max_batch:-512}
 for m in $models; do
   case "$m" in gpt|vgg16) ;; *) echo "dtp_max_batch.sh: --models: unknown model '$m', expected gpt or vgg16" >&2; exit 2 ;; esac
 done
@@ -154,6 +158,8 @@ largest() {
 ok=1
 for model in $models; do
   echo
+  max_batch=$vgg_max_batch
+  [ "$model" = gpt ] && max_batch=$gpt_max_batch
   if [ "$model" = gpt ]; then
     echo "== 12-layer GPT (GPT-2 small, seq $seq, AdamW) on $ranks ranks, --memory $gpt_memory each =="
   else
