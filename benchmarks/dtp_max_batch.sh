@@ -46,7 +46,7 @@ cd "$(dirname "$0")/.."
 . benchmarks/lib.sh
 mtc_train=build/launch/mtc-train
 ranks=4 models="gpt vgg16" modes="off p1 p2 p3 p4 auto" seq=64 gpt_memory=2900MiB vgg_memory=352MiB vgg_comm_memory=128MiB start=8
-max_batch="" max_batch_given=0 resolution=25 repeat=2 run_timeout=900 keep=""
+resolution=25 repeat=2 run_timeout=900 keep=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -57,7 +57,7 @@ while [ $# -gt 0 ]; do
     --vgg_memory) vgg_memory=$2; shift 2 ;;
     --vgg_comm_memory) vgg_comm_memory=$2; shift 2 ;;
     --start) start=$2; shift 2 ;;
-    --max-batch) max_batch=$2 max_batch_given=1; shift 2 ;;
+    --max-batch) max_batch_flag=$2; shift 2 ;;  # unset: each model's own cap
     --resolution) resolution=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --run-timeout) run_timeout=$2; shift 2 ;;
@@ -67,11 +67,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 need_counts ranks seq start resolution repeat run_timeout
-if [ "$max_batch_given" = 1 ] && ! { [[ $max_batch =~ ^[0-9]+$ ]] && [ "$max_batch" -ge 1 ]; }; then
-  echo "dtp_max_batch.sh: --max-batch must be an integer >= 1, got '$max_batch'" >&2
+if [ -n "${max_batch_flag+x}" ] && ! { [[ $max_batch_flag =~ ^[0-9]+$ ]] && [ "$max_batch_flag" -ge 1 ]; }; then
+  echo "dtp_max_batch.sh: --max-batch must be an integer >= 1, got '$max_batch_flag'" >&2
   exit 2
 fi
-gpt_max_batch=${max_batch:-64} vgg_max_batch=${max_batch:-512}
 for m in $models; do
   case "$m" in gpt|vgg16) ;; *) echo "dtp_max_batch.sh: --models: unknown model '$m', expected gpt or vgg16" >&2; exit 2 ;; esac
 done
@@ -161,8 +160,8 @@ largest() {
 ok=1
 for model in $models; do
   echo
-  max_batch=$vgg_max_batch
-  [ "$model" = gpt ] && max_batch=$gpt_max_batch
+  max_batch=${max_batch_flag:-512}
+  [ "$model" = gpt ] && max_batch=${max_batch_flag:-64}
   if [ "$model" = gpt ]; then
     echo "== 12-layer GPT (GPT-2 small, seq $seq, AdamW) on $ranks ranks, --memory $gpt_memory each =="
   else
