@@ -1507,8 +1507,9 @@ int run(const Flags& f, Input input) {
   };
   dist::DataParallelFigures dp_start, dp_end;
   auto dp_figures = [&](int it) {
-    if (dpp() == nullptr) return dist::DataParallelFigures{};
-    absl::StatusOr<dist::DataParallelFigures> fig = dpp()->figures();
+    if (dp == nullptr && reducer == nullptr) return dist::DataParallelFigures{};
+    // Under DTP the reducer's figures: a move after the rate fit makes its buckets again.
+    absl::StatusOr<dist::DataParallelFigures> fig = dp ? dp->figures() : reducer->figures();
     if (!fig.ok()) iteration_failed(it, fig.status());
     return *fig;
   };

@@ -200,7 +200,8 @@ TEST(DtpMesh, AGroupSizeThatDoesNotDivideTheRanksIsAnError) {
 
 // refresh: nothing changed, nothing made again; a model placed otherwise (the reducer
 // pointed at another model of the same layers, placed p1 where the first was p4/p3)
-// gets new buckets, the first model's hooks are cleared, and the gradients are right.
+// gets new buckets, the first model's hooks are cleared, the gradients are right, and the
+// reducer's figures count both buckets' reductions.
 TEST(DtpMesh, RefreshRebuildsOnlyWhenPlacementsChange) {
   const int t = g_size % 2 == 0 ? 2 : 1;
   const dtp::Mesh m = mesh_of(t);
@@ -223,6 +224,9 @@ TEST(DtpMesh, RefreshRebuildsOnlyWhenPlacementsChange) {
   EXPECT_EQ(reducer.rebuilds(), 0);
   EXPECT_EQ(reducer.data_parallel(), before);
   run_on_mesh(pair, reducer, m, p_pair);
+  auto first = reducer.figures();
+  ASSERT_TRUE(first.ok()) << first.status();
+  if (g_size > 1) EXPECT_GT(first->reduced_bytes, 0u) << "fc2's bias is replicated";
 
   ASSERT_TRUE(reducer.refresh(plain).ok());
   EXPECT_EQ(reducer.rebuilds(), 1);
@@ -233,6 +237,19 @@ TEST(DtpMesh, RefreshRebuildsOnlyWhenPlacementsChange) {
   run_on_mesh(plain, reducer, m, p);
   ASSERT_TRUE(reducer.refresh(plain).ok());
   EXPECT_EQ(reducer.rebuilds(), 1);
+  // The figures outlive the buckets refresh() replaced: the first model's reductions and
+  // the second's. (Until 2026-11-29 they restarted with the new buckets, and mtc-train's
+  // dp_reduced_bytes, the end's less the warm-up's, wrapped after auto moved a parameter.)
+  auto both = reducer.figures();
+  ASSERT_TRUE(both.ok()) << both.status();
+  uint64_t now = 0, calls = 0;
+  if (dist::DataParallel* dp = reducer.data_parallel()) {
+    auto own = dp->figures();
+    ASSERT_TRUE(own.ok()) << own.status();
+    now = own->reduced_bytes, calls = own->reductions;
+  }
+  EXPECT_EQ(both->reduced_bytes, first->reduced_bytes + now);
+  EXPECT_EQ(both->reductions, first->reductions + calls);
 }
 
 }  // namespace

@@ -174,6 +174,10 @@ class GradReducer {
   // the mesh is one rank); across_groups: the sharded parameters' (null without groups).
   dist::DataParallel* data_parallel() const { return dp_.get(); }
   dist::DataParallel* across_groups() const { return across_dp_.get(); }
+  // figures: data_parallel()'s figures over the reducer's life: the counters and times of
+  // the buckets refresh() replaced are added in; buckets and bucket_bytes are the current
+  // ones. Zero when nothing is replicated. Synchronises.
+  absl::StatusOr<dist::DataParallelFigures> figures();
 
  private:
   struct Layout;
@@ -185,6 +189,7 @@ class GradReducer {
   int groups_ = 1;
   size_t bucket_bytes_ = 0;
   std::unique_ptr<Layout> layout_;  // the parameters and placements the buckets were made for
+  dist::DataParallelFigures retired_;  // the replaced buckets' counters and times (figures())
 };
 
 // StateBytes: this rank's bytes of training state: parameters, their gradients and the

@@ -115,12 +115,34 @@ absl::Status GradReducer::build(nn::Module& net) {
 
 absl::Status GradReducer::refresh(nn::Module& net) {
   if (layout_ != nullptr && layout_of(net) == layout_->entries) return absl::OkStatus();
+  // The old buckets' figures stay counted (figures()).
+  if (dp_) {
+    MTC_ASSIGN_OR_RETURN(dist::DataParallelFigures f, dp_->figures());
+    retired_.reductions += f.reductions;
+    retired_.comm_sec += f.comm_sec;
+    retired_.exposed_sec += f.exposed_sec;
+    retired_.bucket_copy_sec += f.bucket_copy_sec;
+    retired_.reduced_bytes += f.reduced_bytes;
+  }
   // The old buckets go first: their destructors clear the grad_ready hooks the new ones set.
   dp_.reset();
   across_dp_.reset();
   layout_.reset();
   ++rebuilds_;
   return build(net);
+}
+
+absl::StatusOr<dist::DataParallelFigures> GradReducer::figures() {
+  dist::DataParallelFigures f;
+  if (dp_) {
+    MTC_ASSIGN_OR_RETURN(f, dp_->figures());
+  }
+  f.reductions += retired_.reductions;
+  f.comm_sec += retired_.comm_sec;
+  f.exposed_sec += retired_.exposed_sec;
+  f.bucket_copy_sec += retired_.bucket_copy_sec;
+  f.reduced_bytes += retired_.reduced_bytes;
+  return f;
 }
 
 void GradReducer::finish() {
