@@ -1123,6 +1123,9 @@ int run(const Flags& f, Input input) {
     ao.lambda = f.dtp_lambda;
     ao.report = f.dtp_report;
     ao.warmup_iterations = f.dtp_warmup;
+    // Without eviction nothing makes room past the compute region: decisions made again at
+    // the fitted rates may add only what the warm-up's peak left of it.
+    ao.count_activations = f.runtime.evict.policy == EvictPolicy::kNone;
     ao.budget_bytes = static_cast<double>(
         (rt.budget_bytes() > 0 ? rt.budget_bytes() : rt.device().compute_region().capacity()) +
         rt.device().comm_region().capacity());
@@ -1668,6 +1671,11 @@ int run(const Flags& f, Input input) {
         a.decisions + a.hits > 0 ? a.decide_us / static_cast<double>(a.decisions + a.hits) : 0.0,
         a.hits > 0 ? a.hit_us / static_cast<double>(a.hits) : 0.0,
         a.fitted ? "fitted" : "default", a.families);
+    if (a.activation_room_bytes >= 0) {
+      out("dtp planner: activation_room_mib=%.1f activation_added_mib=%.1f (the compute region less the warm-up's "
+          "peak, and what the decisions made after the fit added)\n",
+          a.activation_room_bytes / (1 << 20), a.activation_added_bytes / (1 << 20));
+    }
     if (f.dtp_report && g_world.rank == 0) std::fputs(dtp::auto_summary(group).c_str(), stdout);
   }
   if (f.runtime.evict.policy == EvictPolicy::kMtc) {

@@ -12,6 +12,9 @@
 //    report's summary gives such decisions one line;
 //  - a weight settled sharded by the first decisions (at default rates that make its
 //    optimizer step dear) moves whole after the fit, its optimizer step notwithstanding;
+//  - without eviction (count_activations), after the fit a decision adds only what the
+//    warm-up's measured peak leaves: with the region's room the move above happens, with
+//    none the weight stays where the warm-up put it;
 //  - under comm_check, ranks whose planners decide differently (a fault injected on
 //    purpose, MTC_TESTING_DTP_DISAGREE) stop with an error naming the op; without it the
 //    same ranks agree.
@@ -332,6 +335,53 @@ TEST(DtpAuto, TheSummaryGivesDecisionsAlikeOneLine) {
   EXPECT_EQ(linear_calls, 2u) << "the second iteration's two linear calls, on the one line\n" << summary;
 }
 
+// MoveAfterFit: the MLP of the test below trained warm-up + 2 iterations under o (λ 0, SGD
+// with momentum, default rates that make the optimizer step dear), and what became of
+// fc1's weight.
+struct MoveAfterFit {
+  bool whole_before_fit = true, whole_after = false, momentum_followed = false;
+  dtp::AutoFigures figures;
+};
+void train_mlp_past_the_fit(dtp::AutoOptions o, MoveAfterFit& r) {
+  const int64_t rows = 1024, d = 64, h = 256;
+  Mlp net(d, h);
+  const dtp::Group g = dtp::make_group(g_comm);
+  o.lambda = 0;
+  o.optimizer_states = 1;
+  o.step_family = "sgd_step";
+  o.initial_rates = partition::Rates{2e4, 1.0, 0};
+  o.grad_bucket_bytes = 2 << 20;
+  ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
+  const std::vector<float> xv = ramp(rows * d, 0.1f, 0.01f), cv = ramp(rows * d, 0.02f, 0.01f);
+  std::unique_ptr<dtp::GradReducer> reducer;
+  std::unique_ptr<optim::Sgd> opt;
+  auto whole = [&] { return dtp::local(net.fc1->weight).desc().bytes() == net.fc1->weight.desc().bytes(); };
+  for (int it = 0; it < o.warmup_iterations + 2; ++it) {
+    if (opt) opt->zero_grad();
+    Tensor y = net.forward(input(xv, rows, d, g));
+    if (it == o.warmup_iterations - 1) r.whole_before_fit = whole();
+    if (!reducer) {
+      auto gr = dtp::GradReducer::create(net, g, 2 << 20);
+      ASSERT_TRUE(gr.ok()) << gr.status();
+      reducer = std::move(*gr);
+    } else {
+      ASSERT_TRUE(reducer->refresh(net).ok());
+    }
+    ASSERT_TRUE(sum(mul(y, input(cv, rows, d, g))).backward().ok());
+    reducer->finish();
+    if (!opt) {
+      auto sg = optim::Sgd::create(net.parameters(), {.lr = 0.01f, .momentum = 0.9f});
+      ASSERT_TRUE(sg.ok()) << sg.status();
+      opt = std::move(*sg);
+    }
+    opt->step();
+    ASSERT_TRUE(dtp::end_iteration(g).ok());
+  }
+  r.whole_after = whole();
+  r.figures = dtp::auto_figures(g);
+  r.momentum_followed = dtp::placement(opt->momentum_buffer(0)) == dtp::placement(net.fc1->weight);
+}
+
 // The first decisions are made at AutoOptions::initial_rates; here 1 byte/us, so the
 // optimizer's step over a whole weight (p1) costs a second and the weights settle S(0),
 // gathered per use (the same local matmul, a step over a shard). The fit then finds the
@@ -343,48 +393,42 @@ TEST(DtpAuto, TheSummaryGivesDecisionsAlikeOneLine) {
 // every weight with an optimizer where the default rates had put it (moves 0).
 TEST(DtpAuto, ASettledWeightMovesAfterTheFitPastItsOptimizerStep) {
   if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
-  const int64_t rows = 1024, d = 64, h = 256;
-  Mlp net(d, h);
-  const dtp::Group g = dtp::make_group(g_comm);
+  MoveAfterFit r;
+  train_mlp_past_the_fit(options(), r);
+  if (HasFatalFailure()) return;
+  ASSERT_FALSE(r.whole_before_fit) << "the default rates kept fc1's weight whole: the test shows nothing";
+  EXPECT_TRUE(r.whole_after) << "fc1's weight stayed sharded";
+  EXPECT_GT(r.figures.moves, 0u);
+  EXPECT_TRUE(r.momentum_followed) << "the momentum moved with its weight";
+  EXPECT_LT(r.figures.activation_room_bytes, 0) << "not counted without count_activations";
+}
+
+// The iteration's activations (AutoOptions::count_activations, what mtc-train sets without
+// eviction): after the fit a decision may add over the warm-up's only what the warm-up's
+// measured peak leaves. With the whole compute region (most of the test device's 256 MiB
+// against this MLP's few hundred KiB) the move above still happens, and what it adds is within the room; with a
+// capacity of one byte (nothing left) the weight stays where the warm-up put it.
+TEST(DtpAuto, AfterTheFitDecisionsAddOnlyWhatTheWarmUpsPeakLeaves) {
+  if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
   dtp::AutoOptions o = options();
-  o.lambda = 0;
-  o.optimizer_states = 1;
-  o.step_family = "sgd_step";
-  o.initial_rates = partition::Rates{2e4, 1.0, 0};
-  o.grad_bucket_bytes = 2 << 20;
-  ASSERT_TRUE(dtp::enable_auto(net, g, o).ok());
-  const std::vector<float> xv = ramp(rows * d, 0.1f, 0.01f), cv = ramp(rows * d, 0.02f, 0.01f);
-  std::unique_ptr<dtp::GradReducer> reducer;
-  std::unique_ptr<optim::Sgd> opt;
-  auto whole = [&] { return dtp::local(net.fc1->weight).desc().bytes() == net.fc1->weight.desc().bytes(); };
-  bool whole_before_fit = true;
-  for (int it = 0; it < o.warmup_iterations + 2; ++it) {
-    if (opt) opt->zero_grad();
-    Tensor y = net.forward(input(xv, rows, d, g));
-    if (it == o.warmup_iterations - 1) whole_before_fit = whole();
-    if (!reducer) {
-      auto r = dtp::GradReducer::create(net, g, 2 << 20);
-      ASSERT_TRUE(r.ok()) << r.status();
-      reducer = std::move(*r);
-    } else {
-      ASSERT_TRUE(reducer->refresh(net).ok());
-    }
-    ASSERT_TRUE(sum(mul(y, input(cv, rows, d, g))).backward().ok());
-    reducer->finish();
-    if (!opt) {
-      auto s = optim::Sgd::create(net.parameters(), {.lr = 0.01f, .momentum = 0.9f});
-      ASSERT_TRUE(s.ok()) << s.status();
-      opt = std::move(*s);
-    }
-    opt->step();
-    ASSERT_TRUE(dtp::end_iteration(g).ok());
-  }
-  ASSERT_FALSE(whole_before_fit) << "the default rates kept fc1's weight whole: the test shows nothing";
-  EXPECT_TRUE(whole()) << "fc1's weight stayed "
-                       << partition::describe(net.fc1->weight.desc(), dtp::placement(net.fc1->weight));
-  EXPECT_GT(dtp::auto_figures(g).moves, 0u);
-  EXPECT_TRUE(dtp::placement(opt->momentum_buffer(0)) == dtp::placement(net.fc1->weight))
-      << "the momentum moved with its weight";
+  o.count_activations = true;
+  MoveAfterFit roomy;
+  train_mlp_past_the_fit(o, roomy);
+  if (HasFatalFailure()) return;
+  ASSERT_FALSE(roomy.whole_before_fit) << "the default rates kept fc1's weight whole: the test shows nothing";
+  EXPECT_TRUE(roomy.whole_after) << "fc1's weight stayed sharded with the whole region's room";
+  EXPECT_GT(roomy.figures.activation_room_bytes, 64.0 * 1024 * 1024);
+  EXPECT_GT(roomy.figures.activation_added_bytes, 0) << "the move adds the weight's whole state";
+  EXPECT_LE(roomy.figures.activation_added_bytes, roomy.figures.activation_room_bytes);
+
+  o.activation_capacity_bytes = 1;
+  MoveAfterFit tight;
+  train_mlp_past_the_fit(o, tight);
+  if (HasFatalFailure()) return;
+  ASSERT_FALSE(tight.whole_before_fit);
+  EXPECT_FALSE(tight.whole_after) << "fc1's weight moved whole with no room left by the warm-up's peak";
+  EXPECT_EQ(tight.figures.activation_room_bytes, 0);
+  EXPECT_EQ(tight.figures.activation_added_bytes, 0) << "a move that adds no bytes may still be made";
 }
 
 TEST(DtpAuto, RanksDecidingDifferentlyAreCaughtUnderCommCheck) {

@@ -107,6 +107,13 @@ struct AutoOptions {
                                  // parameter's all-reduce is priced as its share of a call
   std::string step_family;       // the optimizer step op's name ("adamw_step"), for its rates
   int warmup_iterations = 3;     // op times of iterations 2..warmup are fitted at its end
+  bool count_activations = false;  // no eviction (mtc-train: --evict_policy=none): after the
+                                   // fit, a decision may add to the bytes the warm-up's
+                                   // decisions held only what the warm-up's measured peak
+                                   // leaves of the compute region (docs/dtp.md, "The room")
+  double activation_capacity_bytes = 0;  // with count_activations, the bytes the warm-up's peak
+                                         // is taken from (0: the compute region's capacity;
+                                         // less keeps that much more of it free)
   double horizon_iterations = 100;  // a settled parameter moves only when the time it saves
                                     // over this many iterations pays for the move
   bool report = false;           // --dtp_report: a table per new decision and in the summary
@@ -128,6 +135,11 @@ struct AutoFigures {
   double hit_us = 0;        // of which in cache hits (the lookup, key included)
   bool fitted = false;      // the rates were fitted to measured op times
   int families = 0;         // op families with their own fitted rates
+  // AutoOptions::count_activations, after the fit: the compute region less the warm-up's
+  // peak (negative: not counted), and what the decisions made since have added over the
+  // warm-up's (their activations and buffers at each op's dispatches, and placed state).
+  double activation_room_bytes = -1;
+  double activation_added_bytes = 0;
 };
 
 // enable_auto: the planner for group g. With o.choose, net's parameters and buffers are

@@ -135,6 +135,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   std::string k = key(op, inputs, global);
   if (auto it = cache_.find(k); it != cache_.end()) {
     ++fig_.hits;
+    count_warm(*it->second);
     const double us = elapsed_us(t0);
     fig_.hit_us += us;
     if (opts_.report && iteration_ >= 1) {
@@ -329,9 +330,46 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   // that pay for themselves within the horizon (or are the only way to fit).
   std::vector<size_t> cand;
   double best_stay_us = kInf;
+  for (Built& b : built) b.row.fits = fits(b.row.b, b.d);
+  // The iteration's activations (AutoOptions::count_activations; docs/dtp.md, "The room"):
+  // after the fit, an op the warm-up's last iteration dispatched n times, holding W bytes
+  // over them (activations and conversion buffers, by its decisions then), may add
+  // max(0, n · held − W) (and the stored state a placement adds) only while the warm-up's
+  // measured peak leaves that much of the compute region. Each identity is charged once, its
+  // largest addition (all n calls decided alike), whichever of its keys decides it. When no
+  // option fits that room, the ones that add the least do: the room is a measurement, not a
+  // proof, and the run's own out-of-memory error stays the last word.
+  uint32_t id_index = Decision::kNoIdentity;
+  if (opts_.count_activations && grad_mode_enabled()) {
+    auto [it, fresh] = identity_index_.try_emplace(identity, static_cast<uint32_t>(identities_.size()));
+    if (fresh) identities_.emplace_back();
+    id_index = it->second;
+  }
+  const bool counted = fitted_ && id_index != Decision::kNoIdentity && identities_[id_index].dispatches > 0;
+  const double activation_left =
+      counted ? activation_room_ - activation_charged_ - std::max(0.0, ledger_compute_ - ledger_compute_at_fit_) : kInf;
+  auto held = [](const partition::ModeBreakdown& b) { return b.activation_bytes + b.buffer_bytes; };
+  auto charge = [&](const Built& b) {
+    const Identity& f = identities_[id_index];
+    return std::max(0.0, held(b.row.b) * static_cast<double>(f.dispatches) - f.warm_held);
+  };
+  auto adds = [&](const Built& b) {
+    double a = std::max(0.0, charge(b) - identities_[id_index].charged);
+    if (places_any(b.d)) a += std::max(0.0, b.row.b.state_bytes - b.row.b.grad_bytes - own.compute);
+    return a;
+  };
+  if (counted) {
+    double least = kInf;
+    for (const Built& b : built) {
+      if (b.row.fits && !b.deferred) least = std::min(least, adds(b));
+    }
+    const double allowed = std::max(activation_left, least);
+    for (Built& b : built) {
+      if (b.row.fits && adds(b) > allowed) b.row.fits = false;
+    }
+  }
   for (size_t i = 0; i < built.size(); ++i) {
     const partition::ModeCost mc = built[i].row.b.total();
-    built[i].row.fits = fits(built[i].row.b, built[i].d);
     if (!built[i].row.move && built[i].row.fits) best_stay_us = std::min(best_stay_us, mc.time_us);
   }
   for (size_t i = 0; i < built.size(); ++i) {
@@ -418,9 +456,22 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   row.room_bytes = room;
   row.compute_room_bytes = compute_room;
   row.state_room_bytes = state_room;
+  row.activation_room_bytes = activation_left;
+  if (counted) {
+    const double c = charge(built[chosen]);
+    Identity& f = identities_[id_index];
+    if (c > f.charged) {
+      activation_charged_ += c - f.charged;
+      f.charged = c;
+    }
+  }
+  const double chosen_held = held(built[chosen].row.b);
   for (Built& b : built) row.options.push_back(std::move(b.row));
   row.chosen = chosen;
   auto d = std::make_unique<Decision>(std::move(built[chosen].d));
+  d->identity = id_index;
+  d->held_bytes = chosen_held;
+  count_warm(*d);
   {
     std::lock_guard<std::mutex> l(mu_);  // the observer reads the rows
     d->report_row = rows_.size();
@@ -448,6 +499,16 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
   }
   fig_.decide_us += elapsed_us(t0);
   return result;
+}
+
+void Planner::count_warm(const Decision& d) {
+  if (fitted_ || iteration_ != opts_.warmup_iterations - 1 || d.identity == Decision::kNoIdentity ||
+      !grad_mode_enabled()) {
+    return;
+  }
+  Identity& f = identities_[d.identity];
+  ++f.dispatches;
+  f.warm_held += d.held_bytes;
 }
 
 absl::Status Planner::apply(const OpDef& op, const Decision& d, std::span<const Tensor> inputs,
@@ -652,15 +713,26 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
     samples_.clear();
     comm_samples_.clear();
   }
+  // The iteration's activations: the compute region's peak in the warm-up, in KiB (rounded
+  // up), the largest over the ranks below.
+  int32_t peak_kib = 0;
+  double capacity = 0;
+  if (opts_.count_activations) {
+    MTC_ASSIGN_OR_RETURN(MemoryStats m, interp.memory_stats());
+    peak_kib = static_cast<int32_t>(std::min<size_t>((m.compute.peak_allocated + 1023) / 1024, std::numeric_limits<int32_t>::max()));
+    capacity = opts_.activation_capacity_bytes > 0 ? opts_.activation_capacity_bytes
+                                                   : static_cast<double>(m.compute.capacity);
+  }
   // Rank 0's rates to every rank: the same inputs give the same decisions.
   const dist::CommPtr& over = opts_.world ? opts_.world : g_.comm;
   const bool is_root = over ? over->rank() == 0 : true;
   if (over != nullptr && over->world_size() > 1) {
     NoGradGuard no_grad;
-    int32_t len = is_root ? static_cast<int32_t>(text.size()) : 0;
-    Tensor lt = interp.put(TensorDesc{Shape{1}, DType::kI32}, &len);
+    int32_t len_peak[2] = {is_root ? static_cast<int32_t>(text.size()) : 0, peak_kib};
+    Tensor lt = interp.put(TensorDesc{Shape{2}, DType::kI32}, len_peak);
     MTC_ASSIGN_OR_RETURN(std::vector<int32_t> lens, dist::all_gather(lt, over).to_vector_i32());
     const int32_t n = lens[0];
+    for (size_t r = 1; r < lens.size(); r += 2) peak_kib = std::max(peak_kib, lens[r]);
     std::vector<int32_t> buf(static_cast<size_t>((n + 3) / 4 + 1), 0);
     if (is_root) std::memcpy(buf.data(), text.data(), text.size());
     Tensor bt = interp.put(TensorDesc{Shape{static_cast<int64_t>(buf.size())}, DType::kI32}, buf.data());
@@ -709,6 +781,12 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
     std::fflush(out);
   }
   rates_ = std::move(table);
+  if (opts_.count_activations) {
+    activation_room_ = std::max(0.0, capacity - 1024.0 * peak_kib);
+    activation_charged_ = 0;
+    ledger_compute_at_fit_ = ledger_compute_;
+    fig_.activation_room_bytes = activation_room_;
+  }
   fitted_ = true;
   fig_.fitted = true;
   fig_.families = families;
@@ -721,15 +799,24 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
   return absl::OkStatus();
 }
 
-AutoFigures Planner::figures() const { return fig_; }
+AutoFigures Planner::figures() const {
+  AutoFigures f = fig_;
+  if (fitted_ && opts_.count_activations) {
+    f.activation_added_bytes = activation_charged_ + std::max(0.0, ledger_compute_ - ledger_compute_at_fit_);
+  }
+  return f;
+}
 
 std::string Planner::print_row(const ReportRow& r, bool final_rates) const {
-  std::string s = absl::StrFormat("dtp: decision %s on %s (room %.1f MiB, %.1f outside the comm region%s)\n", r.op,
-                                  r.inputs, std::isfinite(r.room_bytes) ? r.room_bytes / (1 << 20) : -1.0,
-                                  std::isfinite(r.compute_room_bytes) ? r.compute_room_bytes / (1 << 20) : -1.0,
-                                  std::isfinite(r.state_room_bytes)
-                                      ? absl::StrFormat(", %.1f of it for stored state", r.state_room_bytes / (1 << 20))
-                                      : "");
+  std::string s = absl::StrFormat(
+      "dtp: decision %s on %s (room %.1f MiB, %.1f outside the comm region%s%s)\n", r.op, r.inputs,
+      std::isfinite(r.room_bytes) ? r.room_bytes / (1 << 20) : -1.0,
+      std::isfinite(r.compute_room_bytes) ? r.compute_room_bytes / (1 << 20) : -1.0,
+      std::isfinite(r.state_room_bytes) ? absl::StrFormat(", %.1f of it for stored state", r.state_room_bytes / (1 << 20))
+                                        : "",
+      std::isfinite(r.activation_room_bytes)
+          ? absl::StrFormat("; %.1f left by the warm-up's peak for what it adds", r.activation_room_bytes / (1 << 20))
+          : "");
   absl::StrAppendFormat(&s, "dtp:   %-44s %12s %12s %10s %10s\n", "signature", "pred_us", "pred_fwd_us", "MiB", "note");
   for (size_t i = 0; i < r.options.size(); ++i) {
     const ReportRow::Option& o = r.options[i];

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -41,6 +42,13 @@ struct Decision {
   absl::InlinedVector<bool, 4> gather_after;           // kSettle: stored S(0) and gathered per use
   partition::Mode mode = partition::Mode::kNone;       // as counted: a gathered p1 counts p2
   size_t report_row = 0;                               // index into the planner's rows
+  // The iteration's activations (AutoOptions::count_activations): the op's identity (name,
+  // attributes, global shapes; an index into the planner's table, kNoIdentity when not
+  // counted) and the bytes the chosen option holds through the iteration (activations and
+  // conversion buffers).
+  static constexpr uint32_t kNoIdentity = ~uint32_t{0};
+  uint32_t identity = kNoIdentity;
+  double held_bytes = 0;
 };
 
 // Row: one decision as the report prints it.
@@ -67,6 +75,8 @@ struct ReportRow {
   double room_bytes = 0;         // the budget left for it when decided
   double compute_room_bytes = 0; // of it, what is not the comm region (for all but gradients)
   double state_room_bytes = 0;   // of that, what the stored state may take (infinite: no cap)
+  double activation_room_bytes = 0;  // after the fit, what the warm-up's peak leaves for the
+                                     // bytes the new decisions add (infinite: not counted)
 };
 
 class Planner {
@@ -108,6 +118,9 @@ class Planner {
   std::string key(const OpDef& op, std::span<const Tensor> inputs, std::span<const TensorDesc> global) const;
   partition::OpContext context(const std::string& family) const;
   std::string print_row(const ReportRow& r, bool final_rates) const;
+  // count_warm: in the warm-up's last iteration, one training dispatch of d (its identity's
+  // dispatches and held bytes).
+  void count_warm(const Decision& d);
 
   const ShardContext& g_;
   Interpreter* interp_ = nullptr;
@@ -138,6 +151,21 @@ class Planner {
     bool gather = false;
   };
   std::vector<SharedMove> shared_moves_;
+  // The iteration's activations (AutoOptions::count_activations). In the warm-up's last
+  // iteration each op identity's dispatches and the bytes its decisions held are counted;
+  // at the fit the compute region less the warm-up's peak (the largest over the ranks)
+  // becomes the room for what the decisions made again add over them.
+  struct Identity {
+    uint64_t dispatches = 0;  // in the warm-up's last iteration
+    double warm_held = 0;     // the bytes its decisions held there, summed over those dispatches
+    double charged = 0;       // after the fit: the most any decision of it added (at `dispatches` calls)
+  };
+  absl::flat_hash_map<std::string, uint32_t> identity_index_;
+  std::vector<Identity> identities_;
+  double activation_room_ = kUnlimited;  // after the fit (kUnlimited before, or when not counted)
+  double activation_charged_ = 0;        // of it, what the decisions since have taken
+  double ledger_compute_at_fit_ = 0;     // the stored state outside the comm region at the fit
+  static constexpr double kUnlimited = std::numeric_limits<double>::infinity();
   int iteration_ = 0;
   bool fitted_ = false;
   AutoFigures fig_;
