@@ -406,8 +406,9 @@ TEST(DtpAuto, ASettledWeightMovesAfterTheFitPastItsOptimizerStep) {
 // The iteration's activations (AutoOptions::count_activations, what mtc-train sets without
 // eviction): after the fit a decision may add over the warm-up's only what the warm-up's
 // measured peak leaves. With the whole compute region (most of the test device's 256 MiB
-// against this MLP's few hundred KiB) the move above still happens, and what it adds is within the room; with a
-// capacity of one byte (nothing left) the weight stays where the warm-up put it.
+// against this MLP's few hundred KiB) the move above still happens, and what it adds is
+// within the room; with a capacity of one byte (nothing left) the weight stays where the
+// warm-up put it.
 TEST(DtpAuto, AfterTheFitDecisionsAddOnlyWhatTheWarmUpsPeakLeaves) {
   if (g_size == 1) GTEST_SKIP() << "one rank: every placement is the whole tensor";
   dtp::AutoOptions o = options();

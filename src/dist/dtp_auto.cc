@@ -346,8 +346,7 @@ absl::StatusOr<const Decision*> Planner::decide(const OpDef& op, std::span<const
     id_index = it->second;
   }
   const bool counted = fitted_ && id_index != Decision::kNoIdentity && identities_[id_index].dispatches > 0;
-  const double activation_left =
-      counted ? activation_room_ - activation_charged_ - std::max(0.0, ledger_compute_ - ledger_compute_at_fit_) : kInf;
+  const double activation_left = counted ? activation_room_ - activation_used() : kInf;
   auto held = [](const partition::ModeBreakdown& b) { return b.activation_bytes + b.buffer_bytes; };
   auto charge = [&](const Built& b) {
     const Identity& f = identities_[id_index];
@@ -785,7 +784,6 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
     activation_room_ = std::max(0.0, capacity - 1024.0 * peak_kib);
     activation_charged_ = 0;
     ledger_compute_at_fit_ = ledger_compute_;
-    fig_.activation_room_bytes = activation_room_;
   }
   fitted_ = true;
   fig_.fitted = true;
@@ -799,10 +797,15 @@ absl::Status Planner::end_iteration(Interpreter& interp) {
   return absl::OkStatus();
 }
 
+double Planner::activation_used() const {
+  return activation_charged_ + std::max(0.0, ledger_compute_ - ledger_compute_at_fit_);
+}
+
 AutoFigures Planner::figures() const {
   AutoFigures f = fig_;
   if (fitted_ && opts_.count_activations) {
-    f.activation_added_bytes = activation_charged_ + std::max(0.0, ledger_compute_ - ledger_compute_at_fit_);
+    f.activation_room_bytes = activation_room_;
+    f.activation_added_bytes = activation_used();
   }
   return f;
 }

@@ -75,8 +75,9 @@ struct ReportRow {
   double room_bytes = 0;         // the budget left for it when decided
   double compute_room_bytes = 0; // of it, what is not the comm region (for all but gradients)
   double state_room_bytes = 0;   // of that, what the stored state may take (infinite: no cap)
-  double activation_room_bytes = 0;  // after the fit, what the warm-up's peak leaves for the
-                                     // bytes the new decisions add (infinite: not counted)
+  double activation_room_bytes = std::numeric_limits<double>::infinity();  // after the fit, what the
+      // warm-up's peak leaves for the bytes the new decisions add (infinite: not counted; a
+      // forced mode's row)
 };
 
 class Planner {
@@ -162,10 +163,12 @@ class Planner {
   };
   absl::flat_hash_map<std::string, uint32_t> identity_index_;
   std::vector<Identity> identities_;
-  double activation_room_ = kUnlimited;  // after the fit (kUnlimited before, or when not counted)
-  double activation_charged_ = 0;        // of it, what the decisions since have taken
-  double ledger_compute_at_fit_ = 0;     // the stored state outside the comm region at the fit
-  static constexpr double kUnlimited = std::numeric_limits<double>::infinity();
+  double activation_room_ = 0;        // set at the fit
+  double activation_charged_ = 0;     // of it, what the decisions since have added (their activations)
+  double ledger_compute_at_fit_ = 0;  // the stored state outside the comm region at the fit
+  // activation_used: what the decisions since the fit have taken of the room: their
+  // activations and any growth of the stored state.
+  double activation_used() const;
   int iteration_ = 0;
   bool fitted_ = false;
   AutoFigures fig_;

@@ -113,16 +113,26 @@ absl::Status GradReducer::build(nn::Module& net) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// add_counters: from's counters and times into `into` (not its buckets and bucket_bytes,
+// which describe one set of buckets).
+void add_counters(dist::DataParallelFigures& into, const dist::DataParallelFigures& from) {
+  into.reductions += from.reductions;
+  into.comm_sec += from.comm_sec;
+  into.exposed_sec += from.exposed_sec;
+  into.bucket_copy_sec += from.bucket_copy_sec;
+  into.reduced_bytes += from.reduced_bytes;
+}
+
+}  // namespace
+
 absl::Status GradReducer::refresh(nn::Module& net) {
   if (layout_ != nullptr && layout_of(net) == layout_->entries) return absl::OkStatus();
   // The old buckets' figures stay counted (figures()).
   if (dp_) {
     MTC_ASSIGN_OR_RETURN(dist::DataParallelFigures f, dp_->figures());
-    retired_.reductions += f.reductions;
-    retired_.comm_sec += f.comm_sec;
-    retired_.exposed_sec += f.exposed_sec;
-    retired_.bucket_copy_sec += f.bucket_copy_sec;
-    retired_.reduced_bytes += f.reduced_bytes;
+    add_counters(retired_, f);
   }
   // The old buckets go first: their destructors clear the grad_ready hooks the new ones set.
   dp_.reset();
@@ -137,11 +147,7 @@ absl::StatusOr<dist::DataParallelFigures> GradReducer::figures() {
   if (dp_) {
     MTC_ASSIGN_OR_RETURN(f, dp_->figures());
   }
-  f.reductions += retired_.reductions;
-  f.comm_sec += retired_.comm_sec;
-  f.exposed_sec += retired_.exposed_sec;
-  f.bucket_copy_sec += retired_.bucket_copy_sec;
-  f.reduced_bytes += retired_.reduced_bytes;
+  add_counters(f, retired_);
   return f;
 }
 
