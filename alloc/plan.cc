@@ -59,6 +59,9 @@ constexpr uint64_t kSearchMaxOverlaps = 16'000'000;  // pairs of buffers live at
 constexpr double kReserveSec = 1.5e-3;
 // Local improvement runs on problems of at least this many buffers (below, the search).
 constexpr int kImproveMinBuffers = 1000;
+// Freeing the search's candidate stack when it stops: 2.0 ms for 8 MiB, 4.3 and 6.9 ms for
+// 16 MiB (10,160 buffers, 5 and 30 s), 0.25-0.41 ns a byte; 1 ns is counted.
+constexpr double kReleaseNsPerByte = 1.0;
 
 // Note [Time by progress]
 // The heuristics and the search's index cost about one step per pair of buffers live at
@@ -484,119 +487,131 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace) {
 // ----------------------------------------------------------------------------------------
 // Skyline: the search's own descent without a capacity or backtracking. Repeatedly the
 // unplaced buffer that can sit lowest (on the highest placed buffer it overlaps; ties by
-// rank) is placed there. Floors keeps each clique's floor (its highest placed end); a
-// monotone heap holds stale lower bounds of each buffer's floor, refreshed when popped:
-// about one refresh per pair of buffers live at once.
+// rank) is placed there. Floors keeps each clique's floor (its highest placed end); each
+// unplaced buffer waits in the list of a level, a stale lower bound of its floor, and is
+// looked at again when that level comes: about one refresh per pair of buffers live at
+// once.
 //
 // Note [Skyline speed]
-// Nearly every pop is a refresh (17.2 M pops place 61,408 buffers of micro-batches of a
-// 48-layer GPT in flight), so the skyline's time is its refreshes': a range maximum and a
-// heap operation each. Two structures made it 2.7 times faster there (4.5 s to 1.7 s;
-// 1.97 s to 0.72 s on 30,704 buffers), with the same plans:
-//  - Floors: blocks of 64 cliques, each with its maximum and the largest raise that
-//    covered it whole; a query reads the cells at its two ends and the blocks between, all
-//    in address order (the compiler vectorises both loops). A segment tree, recursive or
-//    not, scattered its reads: 1.3 times slower;
-//  - RadixHeap: the keys popped never decrease (a refresh pushes a floor above the one
-//    popped), so a radix heap keyed by (floor, rank) does what a binary heap did with an
-//    append per push; a binary heap with a replace-top was 1.6 times slower.
+// Nearly every look is a refresh (17.2 M of them place 61,408 buffers of micro-batches of
+// a 48-layer GPT in flight; a buffer there spans 785 cliques on average), so the skyline's
+// time is its refreshes': a range maximum and a requeue each. Queries outnumber raises
+// 280 to 1 there. Two structures, 2.2-2.4 times faster there than the blocks of maxima and
+// radix heap before them (1.63-1.72 s against 0.73-0.74 s on a loaded machine, 2026-11-30;
+// 4.5 s with the segment tree and binary heap before those), with the same plans buffer
+// for buffer on every instance of benchmarks/tma_transformer.sh:
+//  - Floors: blocks of 64 cliques, each clique with the maximum from its block's start to
+//    it and from it to the block's end, and the blocks likewise in superblocks of 64. A
+//    query across blocks reads two cliques, then up to 62 blocks of one superblock or two
+//    blocks and the superblocks between; before, it read every clique in its two end
+//    blocks and every block between (about 76 words there). A raise rewrites at most two
+//    blocks of cliques and two superblocks of blocks, and marks the whole ones between
+//    (the largest raise that covered each whole), so a buffer that lives across 100,000
+//    cliques costs no more to place: rewriting every clique of a raise instead (with a
+//    sparse table over the blocks, queries in four reads) was as fast here but ran
+//    tma_plan_bench's 300,000-buffer trace 1 s past a 2 s limit.
+//  - Levels: the keys popped never decrease (a refresh finds a floor above the level it
+//    was looked at), so the unplaced buffers wait in one list per level (a hash map from
+//    the level, and a binary heap of the levels), and a level's list, sorted by rank, is
+//    taken in one go: nothing joins a level once it is taken. That replaced a radix heap of
+//    (floor, rank) keys, whose redistributions took a third of the time.
 
-// Floors: each clique's floor, with range maxima.
+// Floors: each clique's floor, with range maxima (Note [Skyline speed]). Two levels of
+// blocks of 64: cliques in blocks, blocks in superblocks. Each level keeps, per element,
+// the maximum from its block's start to it and from it to the block's end, and per block
+// the largest raise that covered it whole (which its elements' figures leave out). Floors
+// are at most INT64_MAX (check_total_bytes), kept as int64_t so the compiler's vector max
+// applies.
 class Floors {
  public:
   explicit Floors(int cliques) {
     const int blocks = (std::max(cliques, 1) + kBlock - 1) / kBlock;
+    const int supers = (blocks + kBlock - 1) / kBlock;
     cell_.assign(static_cast<size_t>(blocks) * kBlock, 0);
-    block_max_.assign(blocks, 0);
-    block_all_.assign(blocks, 0);
+    pre_ = suf_ = cell_;
+    block_.assign(static_cast<size_t>(supers) * kBlock, 0);
+    block_pre_ = block_suf_ = block_all_ = block_;
+    super_.assign(supers, 0);
+    super_all_ = super_;
   }
-  // raise: every clique in [lo, hi) to at least h (lo < hi).
-  void raise(int lo, int hi, uint64_t h) {
+  // raise: every clique in [lo, hi) to at least h (lo < hi). Touches at most two blocks'
+  // cliques, two superblocks' blocks, and the superblocks between.
+  void raise(int lo, int hi, uint64_t height) {
+    const int64_t h = static_cast<int64_t>(height);
     const int bl = lo / kBlock, bh = (hi - 1) / kBlock;
     if (bl == bh) {
-      raise_cells(lo, hi, h, bl);
+      raise_cells(lo, hi, h);
+      raise_blocks(bl, bl + 1, h, /*whole=*/false);
       return;
     }
-    raise_cells(lo, (bl + 1) * kBlock, h, bl);
-    raise_cells(bh * kBlock, hi, h, bh);
-    for (int b = bl + 1; b < bh; ++b) {
-      block_max_[b] = std::max(block_max_[b], h);
-      block_all_[b] = std::max(block_all_[b], h);
-    }
+    raise_cells(lo, (bl + 1) * kBlock, h);
+    raise_cells(bh * kBlock, hi, h);
+    raise_blocks(bl, bl + 1, h, false);
+    raise_blocks(bh, bh + 1, h, false);
+    if (bl + 1 < bh) raise_blocks(bl + 1, bh, h, /*whole=*/true);
   }
-  // max: the highest floor in [lo, hi) (lo < hi).
+  // max: the highest floor in [lo, hi) (lo < hi). Reads at most 64 cliques or 64 blocks
+  // and the superblocks between.
   uint64_t max(int lo, int hi) const {
     const int bl = lo / kBlock, bh = (hi - 1) / kBlock;
-    if (bl == bh) return std::max(block_all_[bl], max_cells(lo, hi));
-    uint64_t m = std::max({block_all_[bl], block_all_[bh], max_cells(lo, (bl + 1) * kBlock), max_cells(bh * kBlock, hi)});
-    for (int b = bl + 1; b < bh; ++b) m = std::max(m, block_max_[b]);
-    return m;
+    int64_t m = std::max({block_all_[bl], block_all_[bh], super_all_[bl / kBlock], super_all_[bh / kBlock]});
+    if (bl == bh) {
+      for (int c = lo; c < hi; ++c) m = std::max(m, cell_[c]);
+      return static_cast<uint64_t>(m);
+    }
+    m = std::max({m, suf_[lo], pre_[hi - 1]});
+    const int l = bl + 1, r = bh - 1;  // the whole blocks between
+    if (l > r) return static_cast<uint64_t>(m);
+    const int sl = l / kBlock, sr = r / kBlock;
+    m = std::max({m, super_all_[sl], super_all_[sr]});
+    if (sl == sr) {
+      for (int b = l; b <= r; ++b) m = std::max(m, block_[b]);
+      return static_cast<uint64_t>(m);
+    }
+    m = std::max({m, block_suf_[l], block_pre_[r]});
+    for (int s = sl + 1; s < sr; ++s) m = std::max(m, super_[s]);
+    return static_cast<uint64_t>(m);
   }
 
  private:
   static constexpr int kBlock = 64;
-  void raise_cells(int lo, int hi, uint64_t h, int block) {
+
+  // raise_cells: cliques [lo, hi), all in one block, and that block's maxima.
+  void raise_cells(int lo, int hi, int64_t h) {
     for (int c = lo; c < hi; ++c) cell_[c] = std::max(cell_[c], h);
-    block_max_[block] = std::max(block_max_[block], h);
+    redo(cell_, pre_, suf_, lo / kBlock);
   }
-  uint64_t max_cells(int lo, int hi) const {
-    uint64_t m = 0;
-    for (int c = lo; c < hi; ++c) m = std::max(m, cell_[c]);
-    return m;
-  }
-
-  std::vector<uint64_t> cell_;       // raised cell by cell
-  std::vector<uint64_t> block_max_;  // the block's highest floor
-  std::vector<uint64_t> block_all_;  // the largest raise that covered the whole block
-};
-
-// RadixHeap: a min-heap whose pushes are never below the last key popped (Note [Skyline
-// speed]). A key sits in the bucket of the highest bit where it differs from the last key
-// popped; popping an empty bucket 0 moves the least bucket's keys down, each key at most
-// once per bit.
-class RadixHeap {
- public:
-  using Key = unsigned __int128;
-  static Key key(uint64_t floor, int rank) { return (static_cast<Key>(floor) << 64) | static_cast<uint32_t>(rank); }
-  static uint64_t floor_of(Key k) { return static_cast<uint64_t>(k >> 64); }
-  static int rank_of(Key k) { return static_cast<int>(static_cast<uint32_t>(k)); }
-
-  bool empty() const { return size_ == 0; }
-  void push(Key k) {
-    bucket_[bucket(k)].push_back(k);
-    ++size_;
-  }
-  Key pop() {
-    if (bucket_[0].empty()) {
-      int i = 1;
-      while (bucket_[i].empty()) ++i;
-      last_ = *std::min_element(bucket_[i].begin(), bucket_[i].end());
-      for (Key k : bucket_[i]) bucket_[bucket(k)].push_back(k);
-      // Emptied whole: every key moved to a lower bucket, and this one refills only as far
-      // as pushes reach it again, so a large one's storage goes (kept, the buckets' storage
-      // reached 14 MB on 60,000 buffers, each bucket at its own largest size).
-      if (bucket_[i].capacity() > 4096) {
-        std::vector<Key>().swap(bucket_[i]);
-      } else {
-        bucket_[i].clear();
+  // raise_blocks: blocks [lo, hi) to at least h; whole: raised whole (else some clique of
+  // each, already raised cell by cell).
+  void raise_blocks(int lo, int hi, int64_t h, bool whole) {
+    const int sl = lo / kBlock, sh = (hi - 1) / kBlock;
+    for (int s = sl; s <= sh; ++s) {
+      const int from = std::max(lo, s * kBlock), to = std::min(hi, (s + 1) * kBlock);
+      super_[s] = std::max(super_[s], h);
+      if (whole && from == s * kBlock && to == (s + 1) * kBlock) {
+        super_all_[s] = std::max(super_all_[s], h);
+        continue;
       }
+      for (int b = from; b < to; ++b) {
+        block_[b] = std::max(block_[b], h);
+        if (whole) block_all_[b] = std::max(block_all_[b], h);
+      }
+      redo(block_, block_pre_, block_suf_, s);
     }
-    const Key k = bucket_[0].back();
-    bucket_[0].pop_back();
-    --size_;
-    return k;
+  }
+  // redo: block b's maxima from its start and to its end.
+  static void redo(const std::vector<int64_t>& v, std::vector<int64_t>& pre, std::vector<int64_t>& suf, int b) {
+    const int s = b * kBlock, e = s + kBlock;
+    int64_t m = 0;
+    for (int c = s; c < e; ++c) pre[c] = m = std::max(m, v[c]);
+    m = 0;
+    for (int c = e - 1; c >= s; --c) suf[c] = m = std::max(m, v[c]);
   }
 
- private:
-  int bucket(Key k) const {
-    const Key d = k ^ last_;
-    const uint64_t hi = static_cast<uint64_t>(d >> 64), lo = static_cast<uint64_t>(d);
-    return hi != 0 ? 128 - __builtin_clzll(hi) : lo != 0 ? 64 - __builtin_clzll(lo) : 0;
-  }
-
-  std::vector<Key> bucket_[129];
-  Key last_ = 0;
-  size_t size_ = 0;
+  std::vector<int64_t> cell_, pre_, suf_;        // per clique: its floor; maxima from its block's start, to its end
+  std::vector<int64_t> block_, block_pre_, block_suf_;  // per block: its highest floor (but super_all_); the same
+  std::vector<int64_t> block_all_;               // per block: the largest raise that covered it whole
+  std::vector<int64_t> super_, super_all_;       // per superblock: its highest floor; the largest whole raise
 };
 
 // skyline: at the deadline (less the time that takes), the buffers not yet placed go at
@@ -606,38 +621,54 @@ class RadixHeap {
 std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, const Pace& pace) {
   Floors floors(p.cliques);
   std::vector<uint64_t> off(p.n, kUnplaced);
-  RadixHeap heap;
   std::vector<int> by_rank(p.n);
   for (int i = 0; i < p.n; ++i) by_rank[rank[i]] = i;
-  for (int r = 0; r < p.n; ++r) heap.push(RadixHeap::key(0, r));
-  uint64_t placed = 0;
-  for (uint64_t pops = 1; !heap.empty(); ++pops) {
-    // Late: the deadline comes before the buffers left could be put at their floors (about
-    // half a microsecond each on 60,000 buffers; a microsecond is counted).
-    if ((pops & 1023) == 0) {
-      if (Clock::now() + std::chrono::microseconds(p.n - placed) <= pace.deadline) {
-        if (pace.hopeless(placed, p.n)) return {};  // it would not finish
-      } else {
-        for (int r = 0; r < p.n; ++r) {
-          const int b = by_rank[r];
-          if (off[b] != kUnplaced) continue;
-          off[b] = floors.max(p.first[b], p.last[b]);
-          floors.raise(p.first[b], p.last[b], off[b] + p.size[b]);
+  // The unplaced buffers (by rank) waiting at each level, and the levels, least on top.
+  absl::flat_hash_map<uint64_t, std::vector<int>> waiting;
+  std::vector<uint64_t> levels;
+  std::vector<int>& all = waiting[0];
+  all.resize(p.n);
+  std::iota(all.begin(), all.end(), 0);
+  levels.push_back(0);
+  uint64_t placed = 0, looks = 0;
+  std::vector<int> now;
+  while (!levels.empty()) {
+    std::pop_heap(levels.begin(), levels.end(), std::greater<>());
+    const uint64_t level = levels.back();
+    levels.pop_back();
+    now = std::move(waiting.extract(level).mapped());
+    std::sort(now.begin(), now.end());
+    for (const int r : now) {
+      // Late: the deadline comes before the buffers left could be put at their floors
+      // (about half a microsecond each on 60,000 buffers; a microsecond is counted).
+      if ((++looks & 1023) == 0) {
+        if (Clock::now() + std::chrono::microseconds(p.n - placed) <= pace.deadline) {
+          if (pace.hopeless(placed, p.n)) return {};  // it would not finish
+        } else {
+          for (int q = 0; q < p.n; ++q) {
+            const int b = by_rank[q];
+            if (off[b] != kUnplaced) continue;
+            off[b] = floors.max(p.first[b], p.last[b]);
+            floors.raise(p.first[b], p.last[b], off[b] + p.size[b]);
+          }
+          return off;
         }
-        return off;
       }
+      const int b = by_rank[r];
+      const uint64_t floor = floors.max(p.first[b], p.last[b]);
+      if (floor > level) {  // stale: wait at the floor it has now
+        auto [it, fresh] = waiting.try_emplace(floor);
+        if (fresh) {
+          levels.push_back(floor);
+          std::push_heap(levels.begin(), levels.end(), std::greater<>());
+        }
+        it->second.push_back(r);
+        continue;
+      }
+      off[b] = floor;
+      floors.raise(p.first[b], p.last[b], floor + p.size[b]);
+      ++placed;
     }
-    const RadixHeap::Key k = heap.pop();
-    const int r = RadixHeap::rank_of(k);
-    const int b = by_rank[r];
-    const uint64_t floor = floors.max(p.first[b], p.last[b]);
-    if (floor > RadixHeap::floor_of(k)) {
-      heap.push(RadixHeap::key(floor, r));
-      continue;
-    }
-    off[b] = floor;
-    floors.raise(p.first[b], p.last[b], floor + p.size[b]);
-    ++placed;
   }
   return off;
 }
@@ -980,6 +1011,9 @@ class BranchAndBound {
   BranchAndBound(const Problem& p, const SearchIndex& index, const std::atomic<bool>* cancel)
       : p_(p), ix_(index), cancel_(cancel) {}
 
+  // late: no time left before `deadline` for a run and freeing what the search holds.
+  bool late(Clock::time_point deadline) const { return Clock::now() + release_time() >= deadline; }
+
   // nodes: search nodes of the last run.
   int64_t nodes() const { return nodes_; }
 
@@ -1010,7 +1044,7 @@ class BranchAndBound {
     }
     int run = 0;
     for (int k = 0; k + 1 < p.cliques; ++k) cuts_[k] = run += diff[k];
-    if (static_cast<int>(cands_.size()) < p.n + 2) cands_.resize(p.n + 2);
+    cands_.clear();
     if (static_cast<int>(splits_.size()) < p.n + 2) splits_.resize(p.n + 2);
     if (static_cast<int>(alive_.size()) < p.n + 2) alive_.resize(p.n + 2);
     parts_.clear();
@@ -1115,9 +1149,10 @@ class BranchAndBound {
   Outcome search(size_t part, uint64_t cur_off, int cur_rank, int placed, int depth, const std::vector<int>& from) {
     if (++nodes_ > node_limit_) return Outcome::kAborted;
     // A node scans the unplaced buffers of its part: past a few thousand buffers each takes
-    // a fraction of a millisecond, so the clock is read more often there.
-    if ((nodes_ & (p_.n > 2000 ? 7 : 255)) == 0 &&
-        (Clock::now() > deadline_ || cancel_->load(std::memory_order_relaxed))) {
+    // a fraction of a millisecond, so the clock is read at every node there. The search
+    // stops early enough to free its candidate stack by the deadline (kReleaseNsPerByte).
+    if ((nodes_ & (p_.n > 2000 ? 0 : 255)) == 0 &&
+        (Clock::now() + release_time() > deadline_ || cancel_->load(std::memory_order_relaxed))) {
       return Outcome::kAborted;
     }
     const Problem& p = p_;
@@ -1162,28 +1197,43 @@ class BranchAndBound {
       }
     }
     // The candidates: unplaced buffers in canonical order after the last one, below the
-    // least end any could take (dominance), fitting the capacity.
-    std::vector<int>& cand = cands_[depth];
-    cand.clear();
+    // least end any could take (dominance), fitting the capacity. They go on cands_, one
+    // stack for every depth: this node's are [base, end), deeper nodes push theirs above
+    // and take them off before returning. A vector per depth, each kept at its largest,
+    // held 2 million ints in 3,355 vectors on 10,160 buffers, and freeing them when the
+    // search stopped took 9-15 ms past its deadline; the stack takes 2 ms.
+    const size_t base = cands_.size();
     for (int u : alive) {
       if (off_[u] != kUnplaced) continue;
       const uint64_t m = minoff_[u];
       if ((m > cur_off || (m == cur_off && rank_[u] > cur_rank)) && m < min_height && m + p.bytes[u] <= capacity_) {
-        cand.push_back(u);
+        cands_.push_back(u);
       }
     }
-    std::sort(cand.begin(), cand.end(), [&](int a, int b) {
+    const size_t end = cands_.size();
+    std::sort(cands_.begin() + static_cast<std::ptrdiff_t>(base), cands_.end(), [&](int a, int b) {
       return minoff_[a] != minoff_[b] ? minoff_[a] < minoff_[b] : rank_[a] < rank_[b];
     });
-    for (size_t k = 0; k < cand.size(); ++k) {
-      const int u = cand[k];
+    Outcome result = Outcome::kNotFound;
+    for (size_t k = base; k < end; ++k) {
+      const int u = cands_[k];  // by index: deeper pushes may move the stack
       if (ix_.twin_prev[u] >= 0 && off_[ix_.twin_prev[u]] == kUnplaced) continue;
       bool hatless = true;
       const Outcome r = place(part, u, depth, alive, &hatless);
-      if (r != Outcome::kNotFound) return r;
+      if (r != Outcome::kNotFound) {
+        result = r;
+        break;
+      }
       if (hatless) break;
     }
-    return Outcome::kNotFound;
+    cands_.resize(base);
+    return result;
+  }
+
+  // release_time: what freeing the candidate stack takes, at kReleaseNsPerByte.
+  Clock::duration release_time() const {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::nano>(kReleaseNsPerByte * static_cast<double>(cands_.capacity() * sizeof(int))));
   }
 
   // stack_fits: the release-date bound of clique s (low_[s] filled by search()).
@@ -1271,7 +1321,8 @@ class BranchAndBound {
   std::vector<std::pair<uint64_t, uint64_t>> stack_;  // (floor, bytes) in one clique (scratch)
   std::vector<int> cuts_;         // unplaced buffers live in both clique k and k + 1
   std::deque<Part> parts_;
-  std::vector<std::vector<int>> alive_, cands_, splits_;  // per depth
+  std::vector<std::vector<int>> alive_, splits_;  // per depth
+  std::vector<int> cands_;                         // every depth's candidates, deepest on top
   std::vector<std::pair<int, uint64_t>> minoff_log_;
 };
 
@@ -1726,7 +1777,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
         const char* keys = nullptr;
         {
           std::lock_guard<std::mutex> lock(mu);
-          if (done() || lo >= hi || Clock::now() >= deadline) {
+          if (done() || lo >= hi || bnb.late(deadline)) {
             stop = true;
             return;
           }
