@@ -231,6 +231,92 @@ TEST(PlanProperties, TheSkylinePlacesTheLowestBufferLeftEachTime) {
   }
 }
 
+// The same two properties on traces of 30,000 buffers over some 10,000 cliques, so that
+// the skyline's floors use their second level (superblocks of 4,096 cliques) and raises
+// that cover whole blocks and superblocks (a few buffers live across most of the trace):
+// Note [Skyline speed]. Checked through each buffer's neighbours in time, sorted by
+// offset, instead of every pair at every level.
+TEST(PlanProperties, TheSkylineHoldsAcrossTensOfThousandsOfCliques) {
+  for (uint64_t seed = 1; seed <= 2; ++seed) {
+    std::mt19937_64 rng(seed);
+    const int n = 30000;
+    const int64_t horizon = 60000;
+    std::vector<PlanBuffer> b(n);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t kind = rng() % 100;
+      const int64_t lo = static_cast<int64_t>(rng() % horizon);
+      const int64_t len = 1 + static_cast<int64_t>(kind < 90 ? rng() % 8 : kind < 99 ? rng() % 2000 : rng() % horizon);
+      b[i] = {i, lo, lo + len, 1 + rng() % 4096};
+    }
+    const std::vector<size_t> off = plan_skyline(b, 1);
+    ASSERT_TRUE(validate(b, off, 1).ok()) << "seed " << seed << ": " << validate(b, off, 1);
+    // Neighbours in time of each buffer: a sweep by start.
+    std::vector<int> by_lower(n);
+    for (int i = 0; i < n; ++i) by_lower[i] = i;
+    std::sort(by_lower.begin(), by_lower.end(), [&](int x, int y) { return b[x].lower < b[y].lower; });
+    std::vector<std::vector<int>> near(n);
+    for (int k = 0; k < n; ++k) {
+      const int u = by_lower[k];
+      for (int j = k + 1; j < n && b[by_lower[j]].lower < b[u].upper; ++j) {
+        near[u].push_back(by_lower[j]);
+        near[by_lower[j]].push_back(u);
+      }
+    }
+    std::vector<size_t> levels(off.begin(), off.end());
+    std::sort(levels.begin(), levels.end());
+    levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+    // fails_in(lo, hi, g): a level f in (lo, hi] above g, the highest end below f there.
+    auto fails_in = [&](size_t lo, size_t hi, size_t g) {
+      if (hi <= lo) return false;
+      auto it = std::upper_bound(levels.begin(), levels.end(), hi);
+      if (it == levels.begin()) return false;
+      const size_t f = *std::prev(it);
+      return f > lo && f > g;
+    };
+    for (int v = 0; v < n; ++v) {
+      std::vector<int>& nv = near[v];
+      std::sort(nv.begin(), nv.end(), [&](int x, int y) { return off[x] < off[y]; });
+      // g: the highest end among the neighbours below the current step; every level f
+      // <= off[v] must have such an end at or above it (v could not go lower when that
+      // level began), and off[v] is the highest end below it (v rests on it).
+      size_t g = 0, prev = 0;
+      for (int c : nv) {
+        if (off[c] >= off[v]) break;
+        ASSERT_FALSE(fails_in(prev, off[c], g)) << "seed " << seed << ": buffer " << v << " could have gone lower";
+        g = std::max(g, off[c] + b[c].size);
+        prev = off[c];
+      }
+      ASSERT_FALSE(fails_in(prev, off[v], g)) << "seed " << seed << ": buffer " << v << " could have gone lower";
+      ASSERT_EQ(off[v], g) << "seed " << seed << ": buffer " << v << " does not rest on the highest end below it";
+    }
+    // The cliques as the planner counts them (one closes at an end that follows a start),
+    // and the most a buffer spans: the trace must reach the floors' second level.
+    std::vector<std::pair<int64_t, int>> events;  // (time, 0 end / 1 start), ends first
+    for (const PlanBuffer& x : b) {
+      events.push_back({x.lower, 1});
+      events.push_back({x.upper, 0});
+    }
+    std::sort(events.begin(), events.end());
+    std::vector<int64_t> closes;  // the time each clique closed
+    bool grew = false;
+    for (const auto& [t, start] : events) {
+      if (start) {
+        grew = true;
+      } else if (grew) {
+        closes.push_back(t);
+        grew = false;
+      }
+    }
+    int64_t widest = 0;  // cliques a buffer spans: those closing in (lower, upper]
+    for (const PlanBuffer& x : b) {
+      widest = std::max<int64_t>(widest, std::upper_bound(closes.begin(), closes.end(), x.upper) -
+                                             std::upper_bound(closes.begin(), closes.end(), x.lower));
+    }
+    EXPECT_GT(closes.size(), 3u * 4096) << "seed " << seed << ": too few cliques for three superblocks";
+    EXPECT_GT(widest, 2 * 4096) << "seed " << seed << ": no buffer spans a whole superblock";
+  }
+}
+
 // Note [Local improvement]: micro-batches in flight (copies of a random training iteration,
 // each started a quarter of its span after the last). 60 moves of local improvement (a
 // minute allowed, so the moves bound it and the result does not depend on the machine's
