@@ -1152,7 +1152,7 @@ class BranchAndBound {
     // a fraction of a millisecond, so the clock is read at every node there. The search
     // stops early enough to free its candidate stack by the deadline (kReleaseNsPerByte).
     if ((nodes_ & (p_.n > 2000 ? 0 : 255)) == 0 &&
-        (Clock::now() + release_time() > deadline_ || cancel_->load(std::memory_order_relaxed))) {
+        (late(deadline_) || cancel_->load(std::memory_order_relaxed))) {
       return Outcome::kAborted;
     }
     const Problem& p = p_;
