@@ -437,6 +437,61 @@ TEST(PlanProperties, TinyTracesReachTheBruteForceOptimum) {
   }
 }
 
+// packed_trace: `count` buffers that tile [0, 4096) ticks x [0, 2^20) bytes, made by cutting
+// the oldest piece in time or in bytes at a random point (as benchmarks/tma_trace_gen's
+// packed instances): the lower bound, 2^20, is the optimum.
+std::vector<PlanBuffer> packed_trace(std::mt19937_64& rng, int count) {
+  struct Piece {
+    int64_t lower, upper;
+    size_t bytes;
+  };
+  std::vector<Piece> q = {{0, 4096, size_t{1} << 20}};
+  for (size_t head = 0; static_cast<int>(q.size() - head) < count; ++head) {
+    const Piece p = q[head];
+    if (rng() % 2 == 0 && p.upper - p.lower >= 2) {
+      const int64_t at = p.lower + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(p.upper - p.lower - 1));
+      q.push_back({p.lower, at, p.bytes});
+      q.push_back({at, p.upper, p.bytes});
+    } else if (p.bytes >= 2) {
+      const size_t at = 1 + rng() % (p.bytes - 1);
+      q.push_back({p.lower, p.upper, at});
+      q.push_back({p.lower, p.upper, p.bytes - at});
+    } else {
+      q.push_back(p);
+    }
+  }
+  std::vector<PlanBuffer> b;
+  for (size_t k = q.size() - count; k < q.size(); ++k) {
+    b.push_back({static_cast<int64_t>(b.size()), q[k].lower, q[k].upper, q[k].bytes});
+  }
+  return b;
+}
+
+// Small instances packed by construction reach their optimum on one thread and on two,
+// the searches taking their turns (Note [Searches in turns] in alloc/plan.cc): some need
+// thousands of nodes, so their searches pause and resume many times on the way.
+TEST(PlanProperties, SearchesInTurnsReachThePackedOptimum) {
+  int64_t most_nodes = 0;
+  for (int threads : {1, 2}) {
+    std::mt19937_64 rng(5);
+    for (int t = 0; t < 60; ++t) {
+      const std::vector<PlanBuffer> b = packed_trace(rng, 100 + static_cast<int>(rng() % 60));
+      ASSERT_EQ(lower_bound(b), size_t{1} << 20);
+      PlanOptions o;
+      o.time_limit_sec = 60;
+      o.threads = threads;
+      absl::StatusOr<PlanResult> r = plan(b, o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_TRUE(validate(b, r->offsets).ok());
+      ASSERT_EQ(r->peak, size_t{1} << 20) << "instance " << t << ", " << threads << " threads, " << b.size()
+                                          << " buffers, method " << r->method;
+      ASSERT_TRUE(r->optimal);
+      most_nodes = std::max(most_nodes, r->search_nodes);
+    }
+  }
+  EXPECT_GT(most_nodes, 5000) << "no search ran long enough to take more than a few turns";
+}
+
 // A target above the optimum stops the search there; the plan is at or below it.
 TEST(PlanProperties, TargetPeakStopsTheSearch) {
   std::mt19937_64 rng(11);
