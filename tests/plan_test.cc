@@ -1,6 +1,7 @@
 // Tests of the TMA planner (alloc/plan.h) and the mtc-plan tool: properties over 10,000
 // random traces (every plan validates, peak >= lower bound), the optimum of tiny traces
-// against brute force over every placement order, the validator on broken plans, the
+// against brute force over every placement order, small instances packed by construction
+// at their optimum through the searches' turns, the validator on broken plans, the
 // paper's rules on hand-made traces, the CSV format and its errors, a runtime-sized trace
 // under the runtime's options, and mtc-plan's output and exit codes (the binary is run).
 #include "alloc/plan.h"
