@@ -60,6 +60,11 @@ constexpr uint64_t kSearchMaxOverlaps = 16'000'000;  // pairs of buffers live at
 // the clock every 256 nodes on problems up to 2,000 buffers and its threads then join
 // (MiniMalloc's B, D, E, G, H ended 0.3-0.9 ms past a 1 s limit with none).
 constexpr double kReserveSec = 1.5e-3;
+// The most of the limit that reserve takes: the methods keep at least three quarters. At a
+// twentieth, tma_plan_bench's 300,000 buffers (a 2 s limit, 9,335 pieces in time, one of
+// them 267,789 buffers) ended at 2.05 s; at a quarter 1.86 s, with the same plan. Up to
+// about 80,000 buffers at 1 s the reserve is the same either way.
+constexpr double kReserveShare = 0.25;
 // Local improvement runs on problems of at least this many buffers (below, the search).
 constexpr int kImproveMinBuffers = 1000;
 // Freeing the search's candidate stack when it stops: 2.0 ms for 8 MiB, 4.3 and 6.9 ms for
@@ -920,7 +925,9 @@ std::vector<int> shuffled_ties(const Problem& p, const std::vector<int>& rank, u
 //  - decomposition: when no unplaced buffer spans a clique boundary, the two sides are
 //    independent and solved one after the other, so a failure on one side never
 //    re-searches the other.
-// Limited by nodes (restarts with doubling limits rotate over preorders) and by time.
+// Limited by time, and by nodes: searches of the preorders take turns and resume where
+// they paused (Note [Searches in turns]), or on larger problems restart with doubling
+// limits in rounds.
 
 // SearchIndex: what every search of one Problem reads and none writes: who overlaps whom,
 // each clique's members, and twins. Shared by the searches of parallel threads.
@@ -1581,7 +1588,7 @@ absl::StatusOr<PlanResult> plan_in_pieces(const std::vector<PlanBuffer>& buffers
                                           const std::vector<std::vector<int>>& pieces, Clock::time_point t0) {
   const double limit = std::min(options.time_limit_sec, 1e7);
   // As in plan_whole: room for assembling and checking the whole plan after the pieces.
-  const double reserve = std::min(0.05 * limit, kReserveSec + 6e-7 * static_cast<double>(buffers.size()));
+  const double reserve = std::min(kReserveShare * limit, kReserveSec + 6e-7 * static_cast<double>(buffers.size()));
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   auto left = [&] { return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()); };
@@ -1697,8 +1704,8 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   const int n = static_cast<int>(buffers.size());
   // The methods stop early enough for what follows them (keeping and checking the plan:
   // about 0.5 us a buffer on 60,000; the search's threads finishing their last nodes and
-  // joining), at most a twentieth of the limit before it.
-  const double reserve = std::min(0.05 * limit, kReserveSec + 6e-7 * n);
+  // joining), at most a quarter of the limit before it.
+  const double reserve = std::min(kReserveShare * limit, kReserveSec + 6e-7 * n);
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   PlanResult res;
@@ -1804,11 +1811,12 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     consider(improve(p, std::move(from), goal, until, /*seed=*/n, /*max_moves=*/0, &res.improve_moves), "improved");
   }
 
-  // Then the search. Tasks come in rounds: each preorder at the goal, then (when no target
-  // was given and the goal stays out of reach) each at halfway between the goal and the
-  // best plan so far; every round doubles the node limit. A capacity proved infeasible
-  // moves the goal up. With threads > 1 the tasks are shared out, and the first plan at
-  // the goal stops the others.
+  // Then the search: each preorder at the goal, and (when no target was given and the
+  // goal stays out of reach) each at halfway between the goal and the best plan so far
+  // and a step down from it. On up to kTurnsMaxBuffers buffers these searches take turns
+  // (Note [Searches in turns]); above, tasks come in rounds and every round doubles the
+  // node limit. A capacity proved infeasible moves the goal up. With threads > 1 the
+  // searches run that many at once, and the first plan at the goal stops the others.
   bool proved = false;
   std::optional<SearchIndex> index;  // built only when it can be built in the time left
   if (will_search && !done() && Clock::now() < deadline) {

@@ -43,8 +43,8 @@ struct PlanOptions {
   // The peak to aim for: the search stops as soon as a plan at or below it is found
   // (0: the lower bound). MiniMalloc's benchmarks give their best known capacity.
   size_t target_peak = 0;
-  // Threads for the search, each running its own preorders (0: one per core). The runtime
-  // keeps 1; mtc-plan takes --threads.
+  // Searches run at once (0: one per core); the searches of the preorders at each capacity
+  // take turns on them (docs/tma.md). The runtime keeps 1; mtc-plan takes --threads.
   int threads = 1;
 };
 

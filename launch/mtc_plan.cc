@@ -26,7 +26,7 @@ ABSL_FLAG(std::string, time_limit, "10", "seconds the planner may take (the sear
 ABSL_FLAG(std::string, target_peak, "0",
           "bytes: stop as soon as a plan peaks at or below this (0: aim at the lower bound)");
 ABSL_FLAG(std::string, alignment, "1", "bytes: every offset is a multiple of this");
-ABSL_FLAG(std::string, threads, "1", "threads for the search, each running its own preorders (0: one per core)");
+ABSL_FLAG(std::string, threads, "1", "searches run at once, the preorders' searches taking turns on them (0: one per core)");
 ABSL_FLAG(std::string, method, "all",
           "all (plan(): every method, the best kept), or one heuristic alone: rules, greedy, skyline");
 
