@@ -1014,8 +1014,8 @@ struct SearchIndex {
 };
 
 // Note [Searches in turns]
-// Each of the search's preorders solves some of MiniMalloc's instances in 10^4-10^5 nodes
-// where the others need millions, so they are run side by side. Run as tasks with node
+// Each of the search's preorders solves some of MiniMalloc's instances in 500 to 500,000
+// nodes where the others need millions, so they are run side by side. Run as tasks with node
 // limits doubling at each round, every round started its search again from nothing: B
 // took 1,227,923 nodes where its one preorder that succeeds (TAW) needs 206,898, H
 // 1,179,146 for 158,121. On problems up to kTurnsMaxBuffers buffers, each search now runs
