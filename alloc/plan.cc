@@ -1851,6 +1851,13 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     const int preorders = static_cast<int>(std::size(kPreorders));
     const int per_round = options.target_peak > 0 && !halfway ? preorders : 3 * preorders;
     const int64_t first_limit = std::max<int64_t>(2 * n, 1000);
+    // capacity: the capacity of task kind and preorder k now (the goal, halfway to the best
+    // plan, an eighth of the way down from it), or none when no search there is wanted.
+    auto capacity = [&](int k) -> std::optional<uint64_t> {
+      const uint64_t cap = k < preorders ? lo : k < 2 * preorders ? lo + (hi - lo) / 2 : hi - std::max<uint64_t>(1, (hi - lo) / 8);
+      if (cap >= hi || (k >= preorders && cap <= lo)) return std::nullopt;
+      return cap;
+    };
     // handle: what a search's outcome at `cap` tells (with mu held, or no other thread).
     auto handle = [&](BranchAndBound::Outcome r, uint64_t cap, const std::vector<uint64_t>& off) {
       if (r == BranchAndBound::Outcome::kFound) {
@@ -1877,9 +1884,9 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
           const uint64_t task = next_task++;
           const int k = static_cast<int>(task % per_round);
           keys = kPreorders[k % preorders];
-          // The goal, halfway to the best plan, and an eighth of the way down from it.
-          cap = k < preorders ? lo : k < 2 * preorders ? lo + (hi - lo) / 2 : hi - std::max<uint64_t>(1, (hi - lo) / 8);
-          if (cap >= hi || (k >= preorders && cap <= lo)) continue;
+          const std::optional<uint64_t> c = capacity(k);
+          if (!c) continue;
+          cap = *c;
           node_limit = first_limit << std::min<uint64_t>(task / per_round, 40);
           // The step down from the best plan gets a quarter of the nodes: it is there to
           // lower a plan the goal's tasks have not, not to take their time.
@@ -1898,8 +1905,8 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
       // rounds below), each given first_limit nodes a turn at the goal and half that
       // otherwise.
       struct Turned {
-        Turned(const Problem& p, const SearchIndex& ix) : bnb(p, ix, &stop) {}
-        std::atomic<bool> stop{false};  // never set: a search is cancelled through its baton
+        // stop: the rounds' flag, never set in turns (a search is cancelled by its baton).
+        Turned(const Problem& p, const SearchIndex& ix, const std::atomic<bool>* stop) : bnb(p, ix, stop) {}
         BranchAndBound bnb;
         Baton baton;
         uint64_t cap = 0;
@@ -1910,7 +1917,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
         pthread_t thread{};
       };
       std::vector<std::unique_ptr<Turned>> live(per_round);
-      // retire: a paused or ended search of slot k cancelled, joined and counted.
+      // retire: a paused search of slot k cancelled, or an ended one, joined and counted.
       auto retire = [&](int k) {
         live[k]->baton.cancel();
         pthread_join(live[k]->thread, nullptr);
@@ -1925,13 +1932,12 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
       while (!done() && lo < hi && Clock::now() < until) {
         bool any = false;
         for (int k = 0; k < per_round; ++k) {
-          const uint64_t cap = k < preorders ? lo : k < 2 * preorders ? lo + (hi - lo) / 2 : hi - std::max<uint64_t>(1, (hi - lo) / 8);
-          const bool wanted = cap < hi && (k < preorders || cap > lo);
+          const std::optional<uint64_t> cap = capacity(k);
           if (live[k] && (live[k]->cap >= hi || live[k]->cap < lo)) retire(k);
-          if (!live[k] && wanted) {
-            auto t = std::make_unique<Turned>(p, *index);
+          if (!live[k] && cap) {
+            auto t = std::make_unique<Turned>(p, *index, &stop);
             Turned* raw = t.get();
-            t->cap = cap;
+            t->cap = *cap;
             t->bnb.set_baton(&t->baton);
             const char* keys = kPreorders[k % preorders];
             t->body = [raw, keys, &until] {
@@ -1964,12 +1970,9 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
         }
         for (int k : turn) live[k]->baton.wait();
         for (int k : turn) {
-          Turned& t = *live[k];
-          if (t.baton.ended()) {
-            pthread_join(t.thread, nullptr);
-            nodes += t.bnb.nodes();
-            handle(t.outcome, t.cap, t.off);
-            live[k].reset();
+          if (live[k]->baton.ended()) {
+            handle(live[k]->outcome, live[k]->cap, live[k]->off);
+            retire(k);
           }
         }
       }
