@@ -15,7 +15,8 @@
 #   - every replay under 60 s.
 # --models "NAME:BATCH[:FLAG,FLAG...]..." (extra mtc-train flags, comma-separated; default:
 # the models of docs/dte.md's table); --keep DIR keeps the traces and logs; --traces DIR re-reads traces an
-# earlier --keep left (MODEL.jsonl).
+# earlier --keep left (MODEL.jsonl); --replay_flags "FLAG ..." adds flags to every mtc-replay
+# call (--plan_regeneration=false, for one: docs/dte.md, "Planned regeneration").
 # Exit: 0 PASS; 1 FAIL; 2 usage error, a missing binary or a run that failed.
 set -euo pipefail
 
@@ -23,6 +24,7 @@ usage() {
   cat <<EOF
 usage: $0 [--models "NAME:BATCH[:FLAG,FLAG...] ..."] [--modes "both drop"]
           [--budgets "50 30 20 15 10"] [--max_overhead 4] [--threads 2] [--keep DIR | --traces DIR]
+          [--replay_flags "FLAG ..."]
 EOF
 }
 
@@ -33,10 +35,10 @@ models="resnet32:256 resnet56:128 vit_tiny:256 gpt:32:--gpt_config=tiny,--layers
 models+=" densenet121_cifar:64 googlenet_cifar:64 unet:128 lstm:64:--layers=2,--hidden=256,--seq=64,--vocab=256"
 models+=" treelstm:64:--hidden=256,--seq=64,--vocab=256"
 modes="both drop" budgets="50 30 20 15 10"
-max_overhead=4 threads=2 keep="" traces=""
+max_overhead=4 threads=2 keep="" traces="" replay_flags=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --models|--modes|--budgets|--max_overhead|--threads|--keep|--traces)
+    --models|--modes|--budgets|--max_overhead|--threads|--keep|--traces|--replay_flags)
       [ $# -ge 2 ] || { echo "dte_low_budget.sh: $1 needs a value" >&2; usage >&2; exit 2; }
       declare "${1#--}=$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -85,8 +87,9 @@ for spec in $models; do
     declare -A cell=() pinned=()
     for policy in mtc dtr; do
       start=$(date +%s.%N)
+      # shellcheck disable=SC2086  # --replay_flags: one word per flag
       out=$("$mtc_replay" --trace "$trace" --budget "$budget_list" --limit budget,region --mode "$mode" \
-        --policy "$policy" --max_overhead "$max_overhead" --skip 2) || { echo "$out" >&2; exit 2; }
+        --policy "$policy" --max_overhead "$max_overhead" --skip 2 $replay_flags) || { echo "$out" >&2; exit 2; }
       secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
       worst_s=$(awk -v a="$worst_s" -v b="$secs" 'BEGIN { print (b > a) ? b : a }')
       # Rows: budget limit MiB overhead peak stop ... pinnedMiB (column 12).

@@ -720,6 +720,89 @@ absl::Status Engine::ensure_resident(TensorRecord& r) {
   return absl::InternalError("bad storage state");
 }
 
+// Note [Planned regeneration]
+// Regenerating inputs one by one, each down its own chain (recompute's recursion), meets
+// the tensors the chains share in the wrong order: a Tree-LSTM's node state c is read by
+// its own h and by its parent's c, and the parent's h regenerates its output gate's
+// branch (the children's h, their whole subtrees) before the branch of c; the children's
+// states regenerated for the first branch were the oldest resident tensors by the time
+// the second branch needed them, evicted meanwhile, and regenerated again with their
+// subtrees, at every level of the tree. Replayed in drop mode at 50% of its peak, one
+// linear_backward_weight recomputed 1,996 tensors (one node's tensors up to 4 times) and
+// stopped as a recompute storm; without the storm's stop the iteration took 3.0-3.7x its
+// compute. So before the inputs are brought back one by one, the dropped tensors they
+// need (through dropped inputs: the set the recursion would recompute) are recomputed in
+// the order they were first made (by id: an output's id is above its inputs'), and each
+// tensor the set reads, recomputed or already resident (parameters aside), is held by a
+// waiting pin until the last tensor of the set that reads it has been recomputed: the
+// policy evicts other tensors first, and such a pin yields only as a last resort (Note
+// [Regeneration order]). Then the recursion finds the inputs resident. A released tensor
+// is dropped again once nothing of the set needs it, as recompute drops the inputs it
+// regenerated. Measured on replays of nine models (docs/dte.md, "Planned regeneration"):
+// holding the set's own tensors alone left the storm (resident inputs went between their
+// readers, and the recursion set off again from them); holding a resident input only from
+// its first reader in the set made the Tree-LSTM 2.393x and ResNet-56 at 20% 1.473x
+// (1.757x and 1.420x as here); planning only once an op met a recompute cycle left the
+// Tree-LSTM a storm. The recursion alone (EvictOptions::plan_regeneration false) kept
+// ResNet-56 at 15-20% in drop mode up to 1% lower.
+absl::Status Engine::regenerate_in_order(std::span<TensorRecord* const> ins) {
+  auto dropped = [](const TensorRecord* r) { return r->state == StorageState::kDropped; };
+  if (!opts_.plan_regeneration || std::none_of(ins.begin(), ins.end(), dropped)) return absl::OkStatus();
+  absl::flat_hash_map<TensorRecord*, uint32_t> readers;  // set members not yet recomputed that read it
+  std::vector<TensorRecord*> set, work;
+  for (TensorRecord* r : ins) {
+    if (r->state == StorageState::kDropped && readers.emplace(r, 0).second) work.push_back(r);
+  }
+  while (!work.empty()) {
+    TensorRecord* t = work.back();
+    work.pop_back();
+    set.push_back(t);
+    for (uint64_t id : t->producer->inputs) {
+      TensorRecord* in = find(id);
+      if (in == nullptr) continue;
+      auto [it, fresh] = readers.emplace(in, 0);
+      ++it->second;
+      if (fresh && in->state == StorageState::kDropped) work.push_back(in);
+    }
+  }
+  if (set.size() < 2) return absl::OkStatus();  // one recompute: nothing to order
+  std::sort(set.begin(), set.end(), [](const TensorRecord* a, const TensorRecord* b) { return a->id < b->id; });
+  const absl::flat_hash_set<const TensorRecord*> target(ins.begin(), ins.end());  // pinned by make_resident
+  absl::flat_hash_set<TensorRecord*> held;
+  auto unpin = [&](TensorRecord& r) {
+    if (--r.pin_count == 0 && r.state == StorageState::kResident) pinned_.sub(r.block.size);
+    unwait(r);
+  };
+  absl::Cleanup release = [&] {
+    for (TensorRecord* r : held) unpin(*r);
+  };
+  auto hold = [&](TensorRecord& r) {
+    if (r.pin_count++ == 0) pinned_.add(r.block.size);
+    ++waiting_pins_[&r];
+    held.insert(&r);
+  };
+  // The resident tensors the set reads (parameters aside), held until their last reader
+  // in it has run.
+  for (auto& [r, n] : readers) {
+    if (r->state == StorageState::kResident && !r->persistent && !target.contains(r)) hold(*r);
+  }
+  for (TensorRecord* t : set) {
+    MTC_RETURN_IF_ERROR(ensure_resident(*t));
+    if (readers[t] > 0 && !target.contains(t) && !held.contains(t)) hold(*t);
+    for (uint64_t id : t->producer->inputs) {
+      TensorRecord* in = find(id);
+      auto it = in == nullptr ? readers.end() : readers.find(in);
+      if (it == readers.end() || --it->second > 0 || !held.erase(in)) continue;
+      unpin(*in);
+      if (!in->handle_alive && in->pin_count == 0 && in->state == StorageState::kResident && droppable(*in) &&
+          !feeds_dropped(*in)) {
+        drop(*in);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Note [Regeneration order]
 // An op's inputs are marked as just used (so the policy evicts them last) and all pinned
 // before anything is regenerated, the resident ones too (as DTR's simulator locks them
@@ -752,6 +835,7 @@ absl::Status Engine::make_resident(std::span<TensorRecord* const> ins, Pins& pin
     ++waiting_pins_[ins[i]];
     waiting[i] = true;
   }
+  MTC_RETURN_IF_ERROR(regenerate_in_order(ins));
   for (TensorRecord* r : ins) MTC_RETURN_IF_ERROR(ensure_resident(*r));
   for (size_t i = 0; i < ins.size(); ++i) {
     unwait(*ins[i]);

@@ -205,6 +205,9 @@ class Engine {
   // count_moves: one compaction's moved bytes and time, started at t0, in the stats.
   void count_moves(size_t copied, std::chrono::steady_clock::time_point t0);
   absl::Status recompute(TensorRecord& r);
+  // regenerate_in_order: recomputes the dropped tensors `ins` needs in the order they were
+  // made, each pinned (waiting) until the last of them that reads it. Note [Planned regeneration]
+  absl::Status regenerate_in_order(std::span<TensorRecord* const> ins);
   absl::Status check_overhead(const TensorRecord& r) const;  // EvictOptions::max_overhead_us
   // consider: no_drop: r may only be swapped (Note [Recompute cycles]).
   void consider(TensorRecord* r, bool fragmented, bool no_drop, TensorRecord*& best, Score& best_score,

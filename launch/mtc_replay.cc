@@ -39,6 +39,9 @@ ABSL_FLAG(bool, move_when_cheaper, mtc::EvictOptions{}.move_when_cheaper,
           "a request that finds the free bytes only in pieces moves tensors together when the copy costs under a "
           "quarter of evicting (false: evict, and move only once nothing more can be evicted; docs/dte.md, "
           "\"Compaction\")");
+ABSL_FLAG(bool, plan_regeneration, mtc::EvictOptions{}.plan_regeneration,
+          "recompute the dropped tensors an op needs in the order they were first made, each held until its last "
+          "reader among them (false: each input down its own chain; docs/dte.md, \"Planned regeneration\")");
 ABSL_FLAG(int, max_recomputes_per_op, static_cast<int>(mtc::EvictOptions{}.max_recomputes_per_op),
           "stop an op once one tensor has been recomputed this many times to make its inputs resident (a recompute "
           "storm; the row says oom; 0: never)");
@@ -85,6 +88,7 @@ int run() {
   ev.beta_max_power = static_cast<uint32_t>(absl::GetFlag(FLAGS_beta_max_power));
   ev.tune = absl::GetFlag(FLAGS_tune);
   ev.move_when_cheaper = absl::GetFlag(FLAGS_move_when_cheaper);
+  ev.plan_regeneration = absl::GetFlag(FLAGS_plan_regeneration);
   if (absl::GetFlag(FLAGS_max_recomputes_per_op) < 0) {
     fail(kBadValue, absl::StrCat("--max_recomputes_per_op ", absl::GetFlag(FLAGS_max_recomputes_per_op),
                                  ": expected a count >= 0"));

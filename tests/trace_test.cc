@@ -507,7 +507,8 @@ std::string cycle_trace(int k, int fillers) {
     op("relu", "2", 100 + i, 1);                        // g_i
     op("relu", std::to_string(100 + i), 200 + i, 1);    // h_i
     f << R"({"e":"release","id":)" << 100 + i << "}\n";
-    hs += (i ? "," : "") + std::to_string(200 + i);
+    if (i > 0) hs += ",";
+    hs += std::to_string(200 + i);
   }
   f << R"({"e":"release","id":2})" << "\n";
   for (int j = 0; j < fillers; ++j) op("relu", "1", 300 + j, 10000);
@@ -515,21 +516,48 @@ std::string cycle_trace(int k, int fillers) {
   return path;
 }
 
+// Runs cycle_trace in drop mode with `slots` 256 KiB tensors of budget.
+ReplayResult run_cycle_trace(const Trace& trace, int slots, uint32_t max_recomputes, bool plan) {
+  EvictOptions ev;
+  ev.mode = EvictMode::kDrop;
+  ev.budget_bytes = slots * size_t{262144};
+  ev.max_recomputes_per_op = max_recomputes;
+  ev.plan_regeneration = plan;
+  auto r = replay(trace, ev, 0);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : ReplayResult{};
+}
+
+// Note [Planned regeneration]: y, recomputed first (the oldest of the set), is held until
+// the last g_i that reads it has been recomputed, so it goes only once: y, each g_i and
+// each h_i, 13 recomputes and no cycle, where regenerating each h_i down its own chain
+// recomputes y twice (below).
+TEST(TraceRegeneration, APlannedRegenerationRecomputesASharedInputOnce) {
+  const std::string path = cycle_trace(6, 8);
+  auto trace = load_trace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ReplayResult r = run_cycle_trace(*trace, 9, 0, /*plan=*/true);
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.stats.recomputes, 13u);
+  EXPECT_EQ(r.stats.recompute_cycles, 0u);
+  // Seven slots hold x and the six h_i with no room to compute one of them: out of memory
+  // in any order.
+  r = run_cycle_trace(*trace, 7, 2, /*plan=*/true);
+  EXPECT_TRUE(r.out_of_memory);
+  EXPECT_NE(r.error.find("sum_all on f32[65536]"), std::string::npos) << r.error;
+  std::remove(path.c_str());
+}
+
 TEST(TraceRegeneration, ATensorRecomputedTwiceForOneOpIsKept) {
   const std::string path = cycle_trace(6, 8);
   auto trace = load_trace(path);
   ASSERT_TRUE(trace.ok()) << trace.status();
   auto run = [&](int slots, uint32_t max_recomputes) {
-    EvictOptions ev;
-    ev.mode = EvictMode::kDrop;
-    ev.budget_bytes = slots * size_t{262144};
-    ev.max_recomputes_per_op = max_recomputes;
-    auto r = replay(*trace, ev, 0);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : ReplayResult{};
+    return run_cycle_trace(*trace, slots, max_recomputes, /*plan=*/false);
   };
-  // Nine slots: each g_i and h_i once, and y twice, then kept: 14 recomputes. Without the
-  // keep (until 2026-11-27), y went again before every h_i but the first: 18.
+  // Each input down its own chain (plan_regeneration off). Nine slots: each g_i and h_i
+  // once, and y twice, then kept: 14 recomputes. Without the keep (until 2026-11-27), y
+  // went again before every h_i but the first: 18.
   ReplayResult r = run(9, 0);
   EXPECT_TRUE(r.error.empty()) << r.error;
   EXPECT_EQ(r.stats.recomputes, 14u);

@@ -40,6 +40,11 @@ struct EvictOptions {
   // evicts, and tensors move only once nothing more can be evicted. Note [Compaction] in
   // evict/engine.cc.
   bool move_when_cheaper = true;
+  // plan_regeneration: the dropped tensors an op's inputs need are recomputed in the order
+  // they were first made, each held until the last of them that reads it; false: each
+  // input is regenerated down its own chain, as it is asked for. Note [Planned
+  // regeneration] in evict/engine.cc.
+  bool plan_regeneration = true;
   // tune: policy mtc, once the first two iterations are done (at the third "iteration"
   // mark), the runtime replays them under each of score_candidates() (src/trace/replay.h)
   // and keeps DTR's weighting unless another replayed less overhead by more than 2%, and
