@@ -174,7 +174,7 @@ ABSL_FLAG(bool, dte_tune, mtc::EvictOptions{}.tune,
           "DTE, policy mtc: once two iterations are done, replay them under each candidate score (with and without "
           "beta^ret, DTR's weighting, and the dtr policy where swaps are allowed), on the recorded op times and four "
           "jittered copies, and keep the last unless another is 2% lower on the mean and in four of five copies "
-          "(docs/dte.md, \"Tuning the score\")");
+          "(docs/dte.md, \"Tuning the score\": the order of the candidates)");
 ABSL_FLAG(FlagText, max_recomputes_per_op, {"16"},
           "DTE: stop an op, naming it, once one tensor has been recomputed this many times to make its inputs "
           "resident (a recompute storm: the budget is too small; 0: never)");

@@ -164,16 +164,18 @@ TEST(ScoreTuning, KeepsTheLeastOverheadBeyondTheMarginAndReplaysIt) {
       given.budget_bytes = base->peak_bytes * share / 100;
       auto t = tune_score(*trace, given, 2);
       ASSERT_TRUE(t.ok()) << t.status();
-      // The given score, the same without beta^ret, DTR's weighting, and with swaps
-      // allowed the dtr policy: in that order, each replayed on the trace and its copies.
+      // The given score, the same without beta^ret and DTR's weighting (with swaps
+      // allowed DTR's weighting first, then the dtr policy): in that order, each replayed
+      // on the trace and its copies.
       const size_t n = mode == EvictMode::kDrop ? 3 : 4;
+      const bool drop = mode == EvictMode::kDrop;
       ASSERT_EQ(t->tried.size(), n);
       EXPECT_EQ(t->tried[0].score.beta, given.beta);
       EXPECT_TRUE(t->tried[0].score.free_room);
       EXPECT_EQ(t->tried[1].score.beta, 1.0);
-      EXPECT_TRUE(t->tried[1].score.free_room);
+      EXPECT_EQ(t->tried[1].score.free_room, drop);
       EXPECT_EQ(t->tried[2].score.beta, 1.0);
-      EXPECT_FALSE(t->tried[2].score.free_room);
+      EXPECT_EQ(t->tried[2].score.free_room, !drop);
       for (size_t i = 0; i < n; ++i) {
         EXPECT_EQ(t->tried[i].score.policy, i < 3 ? EvictPolicy::kMtc : EvictPolicy::kDtr);
         EXPECT_EQ(t->tried[i].replays.size(), 1u + kTuneVariants);

@@ -613,6 +613,16 @@ absl::StatusOr<ReplayResult> replay_events(const Trace& trace, const EvictOption
 // verdict of the three recordings. Where fragmentation binds (the region as the limit,
 // drop mode) the copies spread wider than the candidates differ (ViT-tiny at 30%:
 // 1.41-1.90x under DTR's weighting), and the later iterations can fall either way.
+// With swaps allowed, DTR's weighting comes before the same without beta^ret that counts
+// free neighbours, so the latter is kept unless DTR's weighting beats it: the two differ
+// only where a request finds no block large enough, that is with the region as the
+// limit, and there the free neighbours helped in the later iterations more often than
+// the tuning iterations showed. Replayed on two recordings of the nine models, mode both,
+// region limit (docs/dte.md, "At the low end"): ResNet-32 at 15% 1.443x and 1.430x
+// against 1.523x and 1.468x (the budget's 1.424x and 1.412x), 25 cells lower and 6 higher
+// (by at most 0.013), and no verdict lost. In drop mode the same order lost seven region
+// cells to the dtr policy (DenseNet-121 at 20-50% and the Tree-LSTM at 50% by up to 8%),
+// so there DTR's weighting stays last.
 // mtc-replay does the same over its warm-up iterations (--skip), and counts the
 // iterations after them.
 
@@ -681,8 +691,15 @@ std::vector<EvictOptions> score_candidates(const EvictOptions& given) {
     auto same = [&](const EvictOptions& x) { return x.free_room == room && beta_of(x) == beta_of(o); };
     if (std::none_of(c.begin(), c.end(), same)) c.push_back(o);
   };
-  add(1.0, given.free_room);
-  add(1.0, false);
+  // The later of the two is kept unless the earlier beats it (keep_candidate): with swaps
+  // allowed, the one that counts free neighbours (Note [Tuning the score]).
+  if (given.mode == EvictMode::kDrop) {
+    add(1.0, given.free_room);
+    add(1.0, false);
+  } else {
+    add(1.0, false);
+    add(1.0, given.free_room);
+  }
   if (given.mode != EvictMode::kDrop) {
     // In drop mode DTR's weighting is the dtr policy; with swaps allowed the dtr policy
     // still drops whatever it can, where mtc's score takes the cheaper of the two.

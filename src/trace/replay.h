@@ -97,10 +97,10 @@ struct ReplayResult {
 absl::StatusOr<ReplayResult> replay(const Trace& trace, const EvictOptions& evict, int skip,
                                     size_t region_bytes = 0);
 
-// score_candidates: the scores tuning tries, given first: given, given without beta^ret,
-// DTR's weighting (no beta^ret, no free neighbours) and, where swaps are allowed, the dtr
-// policy itself (in drop mode DTR's weighting is that policy); duplicates left out; tune
-// off.
+// score_candidates: the scores tuning tries, given first: in drop mode given, given
+// without beta^ret, DTR's weighting (no beta^ret, no free neighbours: there the dtr
+// policy's score); with swaps allowed given, DTR's weighting, given without beta^ret, and
+// the dtr policy itself (Note [Tuning the score]); duplicates left out; tune off.
 std::vector<EvictOptions> score_candidates(const EvictOptions& given);
 
 // kScoreTuneIterations: the runtime tunes its score once this many iterations are done.
