@@ -620,9 +620,9 @@ absl::StatusOr<ReplayResult> replay_events(const Trace& trace, const EvictOption
 // the tuning iterations showed. Replayed on two recordings of the nine models, mode both,
 // region limit (docs/dte.md, "At the low end"): ResNet-32 at 15% 1.443x and 1.430x
 // against 1.523x and 1.468x (the budget's 1.424x and 1.412x), 25 cells lower and 6 higher
-// (by at most 0.013), and no verdict lost. In drop mode the same order lost seven region
-// cells to the dtr policy (DenseNet-121 at 20-50% and the Tree-LSTM at 50% by up to 8%),
-// so there DTR's weighting stays last.
+// (by at most 0.013), and no verdict lost. In drop mode the same order put ten region
+// cells above the dtr policy (four and six: by 0.2-1.4%, and the Tree-LSTM at 50% by
+// 7.8%), so there DTR's weighting stays last.
 // mtc-replay does the same over its warm-up iterations (--skip), and counts the
 // iterations after them.
 
