@@ -47,8 +47,8 @@ struct EvictOptions {
   bool plan_regeneration = true;
   // tune: policy mtc, once the first two iterations are done (at the third "iteration"
   // mark), the runtime replays them under each of score_candidates() (src/trace/replay.h)
-  // and keeps DTR's weighting unless another replayed less overhead by more than 2%, and
-  // never one that ran out of memory. Not when `reproducible` (the replay reads measured
+  // and keeps the last of them unless an earlier one replayed less overhead by more than
+  // 2% (keep_candidate), and never one that ran out of memory. Not when `reproducible` (the replay reads measured
   // times) nor on an asynchronous device (whose op times the record lacks). Note [Tuning
   // the score] in src/trace/replay.cc.
   bool tune = true;
