@@ -788,16 +788,13 @@ absl::Status Engine::regenerate_in_order(std::span<TensorRecord* const> ins) {
   }
   for (TensorRecord* t : set) {
     MTC_RETURN_IF_ERROR(ensure_resident(*t));
-    if (readers[t] > 0 && !target.contains(t) && !held.contains(t)) hold(*t);
+    if (readers[t] > 0 && !target.contains(t)) hold(*t);
     for (uint64_t id : t->producer->inputs) {
       TensorRecord* in = find(id);
       auto it = in == nullptr ? readers.end() : readers.find(in);
       if (it == readers.end() || --it->second > 0 || !held.erase(in)) continue;
       unpin(*in);
-      if (!in->handle_alive && in->pin_count == 0 && in->state == StorageState::kResident && droppable(*in) &&
-          !feeds_dropped(*in)) {
-        drop(*in);
-      }
+      drop_again(*in, /*own_pins=*/0);
     }
   }
   return absl::OkStatus();
@@ -843,6 +840,13 @@ absl::Status Engine::make_resident(std::span<TensorRecord* const> ins, Pins& pin
     MTC_RETURN_IF_ERROR(ensure_resident(*ins[i]));
   }
   return absl::OkStatus();
+}
+
+void Engine::drop_again(TensorRecord& r, uint32_t own_pins) {
+  if (!r.handle_alive && r.pin_count == own_pins && r.state == StorageState::kResident && droppable(r) &&
+      !feeds_dropped(r)) {
+    drop(r);
+  }
 }
 
 void Engine::unwait(const TensorRecord& r) {
@@ -918,13 +922,7 @@ absl::Status Engine::recompute(TensorRecord& r) {
     classes_.restore(t->id);
   }
   // Inputs the user has released were regenerated only for this: drop them again.
-  for (uint64_t id : path->inputs) {
-    TensorRecord* in = find(id);
-    if (!in->handle_alive && in->pin_count == 1 && in->state == StorageState::kResident && droppable(*in) &&
-        !feeds_dropped(*in)) {
-      drop(*in);
-    }
-  }
+  for (uint64_t id : path->inputs) drop_again(*find(id), /*own_pins=*/1);
   return absl::OkStatus();
 }
 

@@ -247,6 +247,10 @@ class Engine {
   uint32_t waiting_pins(const TensorRecord& r) const;
   void unwait(const TensorRecord& r);
   bool droppable(const TensorRecord& r) const;
+  // drop_again: drops r, regenerated only as a recompute source, once its user has released
+  // it, nothing but the caller's `own_pins` pin it and no dropped tensor it feeds is held
+  // (Note [Fake delete]).
+  void drop_again(TensorRecord& r, uint32_t own_pins);
   void drop(TensorRecord& r);
   bool feeds_dropped(const TensorRecord& r) const;  // Note [Fake delete]
   bool feeds(const TensorRecord& r, bool count_evictable, bool otherwise) const;
