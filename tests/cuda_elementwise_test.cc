@@ -3,7 +3,7 @@
 // reduce,shape_ops,optim,sync_batch_norm}.cc). Each runs the same computation on a CPU
 // and a CUDA runtime and compares outputs and, through autograd, input gradients (so the
 // backward ops run on CUDA too: relu_grad, swish_grad, gelu_grad, sigmoid_grad, tanh_grad, sum_to / expand,
-// slice_backward, the inverse permute and shuffle, split / concat, bn_stats_backward,
+// slice_backward, the inverse permute and shuffle, split / concat, bn_grad_sums,
 // sync_batch_norm_backward, max_grad_mask). Every test skips without a GPU.
 //
 // Tolerances, |cuda - cpu| <= atol + rtol * |cpu|:
@@ -489,8 +489,8 @@ const std::vector<Shape>& bn_shapes() {
 }
 
 // The four ops issued directly (no collective in between): bn_stats, then
-// sync_batch_norm on those stats; the backward runs sync_batch_norm_backward and
-// bn_stats_backward.
+// sync_batch_norm on those stats (no communicator); the backward runs bn_grad_sums and
+// sync_batch_norm_backward.
 TEST(CudaSyncBatchNorm, OpsForwardAndBackward) {
   MTC_SKIP_WITHOUT_GPU();
   for (const Shape& s : bn_shapes()) {

@@ -57,7 +57,8 @@ absl::Status barrier(Interpreter& interp, const CommPtr& c);
 // sync_batch_norm: batch norm whose statistics are those of the whole global batch: each
 // rank sums x and x^2 per channel, the sums are all-reduced, and every rank normalises
 // with the global mean and variance (as torch.nn.SyncBatchNorm). The backward all-reduces
-// the statistics' gradients, so dx is exactly that of batch norm over the global batch.
+// each channel's sums of dy and dy (x - mean), so dx is exactly that of batch norm over
+// the global batch; gamma's and beta's gradients are the rank's own share.
 // Running statistics (when given) are updated with the global ones.
 Tensor sync_batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                        const Tensor& running_var, float momentum, float eps, const CommPtr& c);

@@ -28,6 +28,7 @@ absl::Status expect_desc(const char* name, const TensorDesc& got, const TensorDe
 
 TensorDesc channels(int64_t c) { return TensorDesc{Shape{c}, DType::kF32}; }
 TensorDesc stats_desc(int64_t c) { return TensorDesc{Shape{kStatRows, c}, DType::kF32}; }
+TensorDesc sums_desc(int64_t c) { return TensorDesc{Shape{kGradSumRows, c}, DType::kF32}; }
 
 }  // namespace
 
@@ -42,19 +43,6 @@ OpCost BnStatsOp::cost(std::span<const TensorDesc> in, std::span<const TensorDes
   OpCost c = OpDef::cost(in, out);
   c.flops = 3.0 * in[0].numel();
   return c;
-}
-
-absl::StatusOr<TensorList> BnStatsOp::backward(const BackwardArgs& a) const {
-  if (!a.grad_outputs[0].defined()) return TensorList(1);
-  return TensorList{call1(std::make_shared<BnStatsBackwardOp>(), {a.inputs[0], a.grad_outputs[0]})};
-}
-
-absl::Status BnStatsBackwardOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
-  if (in.size() != 2) return absl::InvalidArgumentError(absl::StrCat("expected 2 inputs, got ", in.size()));
-  MTC_RETURN_IF_ERROR(expect_x(in[0]));
-  MTC_RETURN_IF_ERROR(expect_desc("dstats", in[1], stats_desc(in[0].shape[1])));
-  out.push_back(in[0]);
-  return absl::OkStatus();
 }
 
 absl::Status SyncBatchNormOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
@@ -90,21 +78,41 @@ absl::StatusOr<TensorList> SyncBatchNormOp::backward(const BackwardArgs& a) cons
   TensorList g(a.input_descs.size());
   const Tensor& dy = a.grad_outputs[0];
   if (!dy.defined()) return g;
+  const Tensor& x = a.inputs[0];
+  const Tensor& mean = a.outputs[1];
+  Tensor sums = call1(std::make_shared<BnGradSumsOp>(), {x, mean, dy});
+  Tensor global = comm != nullptr ? all_reduce(sums, Reduce::kSum, comm) : sums;
   TensorList d = call(std::make_shared<SyncBatchNormBackwardOp>(),
-                      {a.inputs[0], a.inputs[1], a.inputs[3], a.outputs[1], a.outputs[2], dy});
-  for (int i = 0; i < 4; ++i) {
+                      {x, a.inputs[1], a.inputs[3], mean, a.outputs[2], dy, sums, global});
+  for (int i = 0; i < 3; ++i) {
     if (a.needs_input_grad[i]) g[i] = d[i];
   }
-  return g;
+  return g;  // stats: none (dx holds the gradient through it)
 }
 
 std::string SyncBatchNormOp::attrs() const {
   return absl::StrFormat("momentum=%g eps=%g%s", momentum, eps, tracks_running ? "" : " untracked");
 }
 
+absl::Status BnGradSumsOp::infer(std::span<const TensorDesc> in, std::vector<TensorDesc>& out) const {
+  if (in.size() != 3) return absl::InvalidArgumentError(absl::StrCat("expected 3 inputs, got ", in.size()));
+  MTC_RETURN_IF_ERROR(expect_x(in[0]));
+  const int64_t c = in[0].shape[1];
+  MTC_RETURN_IF_ERROR(expect_desc("mean", in[1], channels(c)));
+  MTC_RETURN_IF_ERROR(expect_desc("dy", in[2], in[0]));
+  out.push_back(sums_desc(c));
+  return absl::OkStatus();
+}
+
+OpCost BnGradSumsOp::cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const {
+  OpCost c = OpDef::cost(in, out);
+  c.flops = 4.0 * in[0].numel();
+  return c;
+}
+
 absl::Status SyncBatchNormBackwardOp::infer(std::span<const TensorDesc> in,
                                             std::vector<TensorDesc>& out) const {
-  if (in.size() != 6) return absl::InvalidArgumentError(absl::StrCat("expected 6 inputs, got ", in.size()));
+  if (in.size() != 8) return absl::InvalidArgumentError(absl::StrCat("expected 8 inputs, got ", in.size()));
   MTC_RETURN_IF_ERROR(expect_x(in[0]));
   const int64_t c = in[0].shape[1];
   MTC_RETURN_IF_ERROR(expect_desc("gamma", in[1], channels(c)));
@@ -112,11 +120,18 @@ absl::Status SyncBatchNormBackwardOp::infer(std::span<const TensorDesc> in,
   MTC_RETURN_IF_ERROR(expect_desc("mean", in[3], channels(c)));
   MTC_RETURN_IF_ERROR(expect_desc("invstd", in[4], channels(c)));
   MTC_RETURN_IF_ERROR(expect_desc("dy", in[5], in[0]));
+  MTC_RETURN_IF_ERROR(expect_desc("sums", in[6], sums_desc(c)));
+  MTC_RETURN_IF_ERROR(expect_desc("global_sums", in[7], sums_desc(c)));
   out.push_back(in[0]);
   out.push_back(channels(c));
   out.push_back(channels(c));
-  out.push_back(stats_desc(c));
   return absl::OkStatus();
+}
+
+OpCost SyncBatchNormBackwardOp::cost(std::span<const TensorDesc> in, std::span<const TensorDesc> out) const {
+  OpCost c = OpDef::cost(in, out);
+  c.flops = 5.0 * in[0].numel();
+  return c;
 }
 
 Tensor sync_batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
@@ -126,10 +141,10 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   Tensor global = all_reduce(local, Reduce::kSum, c);
   const bool tracked = running_mean.defined() || running_var.defined();
   if (tracked) {
-    return call(std::make_shared<SyncBatchNormOp>(momentum, eps, true),
+    return call(std::make_shared<SyncBatchNormOp>(momentum, eps, true, c),
                 {x, gamma, beta, global, running_mean, running_var})[0];
   }
-  return call(std::make_shared<SyncBatchNormOp>(momentum, eps, false), {x, gamma, beta, global})[0];
+  return call(std::make_shared<SyncBatchNormOp>(momentum, eps, false, c), {x, gamma, beta, global})[0];
 }
 
 int convert_sync_batch_norm(nn::Module& net, const CommPtr& c) {

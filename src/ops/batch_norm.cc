@@ -142,7 +142,7 @@ std::optional<TensorList> BatchNormOp::shard_run(const partition::Signature& s, 
     in.push_back(x[3]);
     in.push_back(x[4]);
   }
-  return call(std::make_shared<dist::SyncBatchNormOp>(momentum, eps, tracks_running), in);
+  return call(std::make_shared<dist::SyncBatchNormOp>(momentum, eps, tracks_running, g.comm), in);
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,

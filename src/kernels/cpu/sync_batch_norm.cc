@@ -1,31 +1,28 @@
 // CPU kernels of synchronised batch norm's ops (src/dist/sync_batch_norm.h). x is viewed
-// as (N, C, S); threads split the channels, and each channel's sums run in double in a
-// fixed order, so results do not depend on the thread count.
+// as (N, C, S); threads split the channels, and each channel's sums run in an order fixed
+// by the shape (bn_sums.h), so results do not depend on the thread count: the statistics
+// in double lanes (RawMoments), the gradient sums as batch_norm_backward's (PairSums).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "dist/sync_batch_norm.h"
+#include "kernels/cpu/bn_sums.h"
 #include "kernels/cpu/cpu_util.h"
 
 namespace mtc::cpu {
 namespace {
 
-struct Layout {
-  int64_t n, c, s;
-  explicit Layout(const Shape& x) : n(x[0]), c(x[1]), s(numel(x) / std::max<int64_t>(x[0] * x[1], 1)) {}
-  // plane: the offset of (i, ch, 0).
-  int64_t plane(int64_t i, int64_t ch) const { return (i * c + ch) * s; }
-};
+using Layout = NCS;
 
 // split: v as two floats whose sum is v to about double precision.
 void split(double v, float* hi, float* lo) {
   *hi = static_cast<float>(v);
   *lo = static_cast<float>(v - static_cast<double>(*hi));
 }
-double joined(const float* stats, int64_t c, int row_hi, int64_t ch) {
-  return static_cast<double>(stats[row_hi * c + ch]) + static_cast<double>(stats[(row_hi + 1) * c + ch]);
+double joined(const float* rows, int64_t c, int row_hi, int64_t ch) {
+  return static_cast<double>(rows[row_hi * c + ch]) + static_cast<double>(rows[(row_hi + 1) * c + ch]);
 }
 
 absl::Status bn_stats(const dist::BnStatsOp&, const KernelArgs& a) {
@@ -34,34 +31,11 @@ absl::Status bn_stats(const dist::BnStatsOp&, const KernelArgs& a) {
   const Layout l(a.in[0].shape());
 #pragma omp parallel for if (a.in[0].numel() > kParallelGrain)
   for (int64_t ch = 0; ch < l.c; ++ch) {
-    double sum = 0, sumsq = 0;
-    for (int64_t i = 0; i < l.n; ++i) {
-      const float* p = x + l.plane(i, ch);
-      for (int64_t j = 0; j < l.s; ++j) {
-        const double v = p[j];
-        sum += v;
-        sumsq += v * v;
-      }
-    }
-    split(sum, &st[0 * l.c + ch], &st[1 * l.c + ch]);
-    split(sumsq, &st[2 * l.c + ch], &st[3 * l.c + ch]);
+    RawMoments m;
+    for (int64_t i = 0; i < l.n; ++i) m.add(x + l.plane(i, ch), l.s);
+    split(m.sum(), &st[0 * l.c + ch], &st[1 * l.c + ch]);
+    split(m.sumsq(), &st[2 * l.c + ch], &st[3 * l.c + ch]);
     st[4 * l.c + ch] = static_cast<float>(l.n * l.s);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status bn_stats_backward(const dist::BnStatsBackwardOp&, const KernelArgs& a) {
-  const float* x = a.in[0].f32();
-  const float* d = a.in[1].f32();
-  float* dx = a.out[0].f32();
-  const Layout l(a.in[0].shape());
-#pragma omp parallel for if (a.in[0].numel() > kParallelGrain)
-  for (int64_t ch = 0; ch < l.c; ++ch) {
-    const float d_sum = d[0 * l.c + ch], d_sumsq2 = 2.f * d[2 * l.c + ch];
-    for (int64_t i = 0; i < l.n; ++i) {
-      const int64_t o = l.plane(i, ch);
-      for (int64_t j = 0; j < l.s; ++j) dx[o + j] = d_sum + d_sumsq2 * x[o + j];
-    }
   }
   return absl::OkStatus();
 }
@@ -95,6 +69,7 @@ absl::Status sync_batch_norm(const dist::SyncBatchNormOp& op, const KernelArgs& 
     const float b = beta[ch] - static_cast<float>(mean) * k;
     for (int64_t i = 0; i < l.n; ++i) {
       const int64_t o = l.plane(i, ch);
+#pragma omp simd
       for (int64_t j = 0; j < l.s; ++j) y[o + j] = x[o + j] * k + b;
     }
     if (update) {
@@ -107,10 +82,28 @@ absl::Status sync_batch_norm(const dist::SyncBatchNormOp& op, const KernelArgs& 
   return absl::OkStatus();
 }
 
-// The gradient of y = (x - mean) * invstd * gamma + beta, with mean = S1 / n and
-// var = S2 / n - mean^2 taken from the global sums: dx through y alone, dgamma, dbeta,
-// and dS1, dS2 (the all_reduce's backward sums them over ranks, bn_stats's turns them
-// into the rest of dx).
+absl::Status bn_grad_sums(const dist::BnGradSumsOp&, const KernelArgs& a) {
+  const float* x = a.in[0].f32();
+  const float* mean = a.in[1].f32();
+  const float* dy = a.in[2].f32();
+  float* sums = a.out[0].f32();
+  const Layout l(a.in[0].shape());
+#pragma omp parallel for if (a.in[0].numel() > kParallelGrain)
+  for (int64_t ch = 0; ch < l.c; ++ch) {
+    PairSums s;
+    for (int64_t i = 0; i < l.n; ++i) add_grad_sums(x + l.plane(i, ch), dy + l.plane(i, ch), l.s, mean[ch], s);
+    s.flush();
+    split(s.total_a, &sums[0 * l.c + ch], &sums[1 * l.c + ch]);
+    split(s.total_b, &sums[2 * l.c + ch], &sums[3 * l.c + ch]);
+  }
+  return absl::OkStatus();
+}
+
+// The gradient of y = (x - mean) * invstd * gamma + beta, mean and invstd those of the
+// whole global batch (n values per channel), through y and through the statistics:
+// dx = gamma * invstd * (dy - S_dy / n - (x - mean) * invstd^2 * S_dyxc / n), with S the
+// global sums (batch_norm_backward's formula over the global batch). dgamma and dbeta are
+// this rank's own sums.
 absl::Status sync_batch_norm_backward(const dist::SyncBatchNormBackwardOp&, const KernelArgs& a) {
   const float* x = a.in[0].f32();
   const float* gamma = a.in[1].f32();
@@ -118,37 +111,27 @@ absl::Status sync_batch_norm_backward(const dist::SyncBatchNormBackwardOp&, cons
   const float* mean = a.in[3].f32();
   const float* invstd = a.in[4].f32();
   const float* dy = a.in[5].f32();
+  const float* local = a.in[6].f32();
+  const float* global = a.in[7].f32();
   float* dx = a.out[0].f32();
   float* dgamma = a.out[1].f32();
   float* dbeta = a.out[2].f32();
-  float* dst = a.out[3].f32();
   const Layout l(a.in[0].shape());
 #pragma omp parallel for if (a.in[0].numel() > kParallelGrain)
   for (int64_t ch = 0; ch < l.c; ++ch) {
     const double n = st[4 * l.c + ch];
-    const double m = mean[ch], is = invstd[ch], g = gamma[ch];
-    double sum_dy = 0, sum_dy_xhat = 0;
+    const double is = invstd[ch];
+    dbeta[ch] = static_cast<float>(joined(local, l.c, 0, ch));
+    dgamma[ch] = static_cast<float>(joined(local, l.c, 2, ch) * is);
+    const double p = gamma[ch] * is;
+    const double q = -p * is * is * joined(global, l.c, 2, ch) / n;
+    const double r = -p * joined(global, l.c, 0, ch) / n;
+    const float pf = static_cast<float>(p), qf = static_cast<float>(q), rf = static_cast<float>(r), mf = mean[ch];
     for (int64_t i = 0; i < l.n; ++i) {
       const int64_t o = l.plane(i, ch);
-      for (int64_t j = 0; j < l.s; ++j) {
-        sum_dy += dy[o + j];
-        sum_dy_xhat += dy[o + j] * ((x[o + j] - m) * is);
-      }
+#pragma omp simd
+      for (int64_t j = 0; j < l.s; ++j) dx[o + j] = dy[o + j] * pf + (x[o + j] - mf) * qf + rf;
     }
-    dgamma[ch] = static_cast<float>(sum_dy_xhat);
-    dbeta[ch] = static_cast<float>(sum_dy);
-    const float k = static_cast<float>(g * is);
-    for (int64_t i = 0; i < l.n; ++i) {
-      const int64_t o = l.plane(i, ch);
-      for (int64_t j = 0; j < l.s; ++j) dx[o + j] = dy[o + j] * k;
-    }
-    const double d_mean = -g * is * sum_dy;
-    const double d_var = -0.5 * g * sum_dy_xhat * is * is;
-    dst[0 * l.c + ch] = static_cast<float>(d_mean / n - 2.0 * m * d_var / n);
-    dst[1 * l.c + ch] = 0.f;
-    dst[2 * l.c + ch] = static_cast<float>(d_var / n);
-    dst[3 * l.c + ch] = 0.f;
-    dst[4 * l.c + ch] = 0.f;
   }
   return absl::OkStatus();
 }
@@ -156,7 +139,7 @@ absl::Status sync_batch_norm_backward(const dist::SyncBatchNormBackwardOp&, cons
 }  // namespace
 
 MTC_REGISTER_KERNEL(dist::BnStatsOp, DeviceType::kCPU, bn_stats);
-MTC_REGISTER_KERNEL(dist::BnStatsBackwardOp, DeviceType::kCPU, bn_stats_backward);
+MTC_REGISTER_KERNEL(dist::BnGradSumsOp, DeviceType::kCPU, bn_grad_sums);
 MTC_REGISTER_KERNEL(dist::SyncBatchNormOp, DeviceType::kCPU, sync_batch_norm);
 MTC_REGISTER_KERNEL(dist::SyncBatchNormBackwardOp, DeviceType::kCPU, sync_batch_norm_backward);
 

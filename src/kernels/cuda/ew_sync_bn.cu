@@ -27,12 +27,11 @@ __device__ __forceinline__ double warp_sum(double v) {
 }
 
 // bn_partial_kernel: for item = chunk * c + ch (one warp each), the two partial sums of
-// the chunk's elements of channel ch: stats: sum x, sum x^2; backward: sum dy,
-// sum dy * (x - mean) * invstd. part is [2][chunks][c].
+// the chunk's elements of channel ch: stats: sum x, sum x^2; gradient sums: sum dy,
+// sum dy * (x - mean). part is [2][chunks][c].
 template <typename I, bool kBackward>
 __global__ void bn_partial_kernel(const float* __restrict__ x, const float* __restrict__ dy,
-                                  const float* __restrict__ mean, const float* __restrict__ invstd,
-                                  double* __restrict__ part, int64_t c, int64_t s, int64_t per_channel,
+                                  const float* __restrict__ mean, double* __restrict__ part, int64_t c, int64_t s, int64_t per_channel,
                                   int64_t chunks, int64_t len) {
   const int lane = threadIdx.x & 31;
   const int64_t items = c * chunks;
@@ -43,11 +42,8 @@ __global__ void bn_partial_kernel(const float* __restrict__ x, const float* __re
     const int64_t k = item / c;
     const int64_t ch = item - k * c;
     const int64_t e1 = min(per_channel, (k + 1) * len);
-    double m = 0, is = 0;
-    if (kBackward) {
-      m = static_cast<double>(mean[ch]);
-      is = static_cast<double>(invstd[ch]);
-    }
+    double m = 0;
+    if (kBackward) m = static_cast<double>(mean[ch]);
     double a0 = 0, a1 = 0;
     for (int64_t e = k * len + lane; e < e1; e += 32) {
       const I i = static_cast<I>(e) / si;
@@ -57,7 +53,7 @@ __global__ void bn_partial_kernel(const float* __restrict__ x, const float* __re
       if (kBackward) {
         const double d = static_cast<double>(dy[off]);
         a0 += d;
-        a1 = __fma_rn(d, (v - m) * is, a1);
+        a1 = __fma_rn(d, v - m, a1);
       } else {
         a0 += v;
         a1 = __fma_rn(v, v, a1);
@@ -78,32 +74,21 @@ __device__ __forceinline__ void split(double v, float* hi, float* lo) {
   *lo = static_cast<float>(v - static_cast<double>(*hi));
 }
 
-__global__ void bn_stats_finish_kernel(const double* __restrict__ part, float* __restrict__ st, int64_t c,
-                                       int64_t chunks, float count) {
+// bn_sums_finish_kernel: per channel, the chunks' two partial sums added in order and
+// written as hi and lo rows (rows 0-3 of out); stats add the count as row 4 (count >= 0).
+__global__ void bn_sums_finish_kernel(const double* __restrict__ part, float* __restrict__ out, int64_t c,
+                                      int64_t chunks, float count) {
   const int64_t items = c * chunks;
   for (int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; ch < c;
        ch += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    double sum = 0, sumsq = 0;
+    double a = 0, b = 0;
     for (int64_t k = 0; k < chunks; ++k) {
-      sum += part[k * c + ch];
-      sumsq += part[items + k * c + ch];
+      a += part[k * c + ch];
+      b += part[items + k * c + ch];
     }
-    split(sum, &st[0 * c + ch], &st[1 * c + ch]);
-    split(sumsq, &st[2 * c + ch], &st[3 * c + ch]);
-    st[4 * c + ch] = count;
-  }
-}
-
-// bn_stats_backward_kernel: dx = fma(2 * d_sumsq, x, d_sum) over n * c * s elements.
-template <typename I>
-__global__ void bn_stats_backward_kernel(const float* __restrict__ x, const float* __restrict__ d,
-                                         float* __restrict__ dx, int64_t c, int64_t s, int64_t total) {
-  const I si = static_cast<I>(s), ci = static_cast<I>(c);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const I ch = (static_cast<I>(i) / si) % ci;
-    const float d_sumsq2 = 2.f * d[2 * c + ch];
-    dx[i] = __fmaf_rn(d_sumsq2, x[i], d[ch]);
+    split(a, &out[0 * c + ch], &out[1 * c + ch]);
+    split(b, &out[2 * c + ch], &out[3 * c + ch]);
+    if (count >= 0.f) out[4 * c + ch] = count;
   }
 }
 
@@ -149,51 +134,46 @@ __global__ void sync_bn_apply_kernel(const float* __restrict__ x, const float* _
   }
 }
 
-// sync_bn_backward_finish_kernel: per channel, dgamma, dbeta and dstats from the sums.
-__global__ void sync_bn_backward_finish_kernel(const double* __restrict__ part,
-                                               const float* __restrict__ gamma, const float* __restrict__ st,
-                                               const float* __restrict__ mean,
-                                               const float* __restrict__ invstd, float* __restrict__ dgamma,
-                                               float* __restrict__ dbeta, float* __restrict__ dst, int64_t c,
-                                               int64_t chunks) {
-  const int64_t items = c * chunks;
+__device__ __forceinline__ double joined(const float* rows, int64_t c, int row_hi, int64_t ch) {
+  return static_cast<double>(rows[row_hi * c + ch]) + static_cast<double>(rows[(row_hi + 1) * c + ch]);
+}
+
+// sync_bn_backward_channel_kernel: per channel, dgamma and dbeta from this rank's sums,
+// and p, q, r of dx = dy p + (x - mean) q + r from the global ones (pqr: [3][c]).
+__global__ void sync_bn_backward_channel_kernel(const float* __restrict__ gamma, const float* __restrict__ st,
+                                                const float* __restrict__ invstd,
+                                                const float* __restrict__ local,
+                                                const float* __restrict__ global, float* __restrict__ dgamma,
+                                                float* __restrict__ dbeta, float* __restrict__ pqr, int64_t c) {
   for (int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; ch < c;
        ch += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    double sum_dy = 0, sum_dy_xhat = 0;
-    for (int64_t k = 0; k < chunks; ++k) {
-      sum_dy += part[k * c + ch];
-      sum_dy_xhat += part[items + k * c + ch];
-    }
     const double n = st[4 * c + ch];
-    const double m = mean[ch], is = invstd[ch], g = gamma[ch];
-    dgamma[ch] = static_cast<float>(sum_dy_xhat);
-    dbeta[ch] = static_cast<float>(sum_dy);
-    const double d_mean = __dmul_rn(__dmul_rn(-g, is), sum_dy);
-    const double d_var = __dmul_rn(__dmul_rn(__dmul_rn(-0.5 * g, sum_dy_xhat), is), is);
-    dst[0 * c + ch] = static_cast<float>(__dsub_rn(d_mean / n, __dmul_rn(2.0 * m, d_var) / n));
-    dst[1 * c + ch] = 0.f;
-    dst[2 * c + ch] = static_cast<float>(d_var / n);
-    dst[3 * c + ch] = 0.f;
-    dst[4 * c + ch] = 0.f;
+    const double is = invstd[ch];
+    dbeta[ch] = static_cast<float>(joined(local, c, 0, ch));
+    dgamma[ch] = static_cast<float>(__dmul_rn(joined(local, c, 2, ch), is));
+    const double p = __dmul_rn(static_cast<double>(gamma[ch]), is);
+    pqr[ch] = static_cast<float>(p);
+    pqr[c + ch] = static_cast<float>(__dmul_rn(__dmul_rn(__dmul_rn(-p, is), is), joined(global, c, 2, ch)) / n);
+    pqr[2 * c + ch] = static_cast<float>(__dmul_rn(-p, joined(global, c, 0, ch)) / n);
   }
 }
 
-// sync_bn_dx_kernel: dx = dy * float(gamma * invstd) per channel (the part through y).
+// sync_bn_dx_kernel: dx = dy p + (x - mean) q + r per channel, the CPU kernel's arithmetic
+// (its multiply-adds may fuse in another order there: the tests' tolerance covers it).
 template <typename I>
-__global__ void sync_bn_dx_kernel(const float* __restrict__ dy, const float* __restrict__ gamma,
-                                  const float* __restrict__ invstd, float* __restrict__ dx, int64_t c,
-                                  int64_t s, int64_t total) {
+__global__ void sync_bn_dx_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                                  const float* __restrict__ mean, const float* __restrict__ pqr,
+                                  float* __restrict__ dx, int64_t c, int64_t s, int64_t total) {
   const I si = static_cast<I>(s), ci = static_cast<I>(c);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const I ch = (static_cast<I>(i) / si) % ci;
-    const float k = static_cast<float>(static_cast<double>(gamma[ch]) * static_cast<double>(invstd[ch]));
-    dx[i] = dy[i] * k;
+    dx[i] = __fmaf_rn(__fsub_rn(x[i], mean[ch]), pqr[c + ch], __fmaf_rn(dy[i], pqr[ch], pqr[2 * c + ch]));
   }
 }
 
 template <bool kBackward>
-void launch_partials(const float* x, const float* dy, const float* mean, const float* invstd, double* part,
+void launch_partials(const float* x, const float* dy, const float* mean, double* part,
                      int64_t n, int64_t c, int64_t s, cudaStream_t stream) {
   const int64_t per_channel = n * s;
   const int64_t chunks = bn_chunks(per_channel);
@@ -202,10 +182,10 @@ void launch_partials(const float* x, const float* dy, const float* mean, const f
   const unsigned g = blocks(c * chunks * 32, kThreads);
   if (fits32(per_channel)) {
     bn_partial_kernel<uint32_t, kBackward>
-        <<<g, kThreads, 0, stream>>>(x, dy, mean, invstd, part, c, s, per_channel, chunks, len);
+        <<<g, kThreads, 0, stream>>>(x, dy, mean, part, c, s, per_channel, chunks, len);
   } else {
     bn_partial_kernel<uint64_t, kBackward>
-        <<<g, kThreads, 0, stream>>>(x, dy, mean, invstd, part, c, s, per_channel, chunks, len);
+        <<<g, kThreads, 0, stream>>>(x, dy, mean, part, c, s, per_channel, chunks, len);
   }
 }
 
@@ -215,22 +195,17 @@ void launch_bn_stats(const float* x, float* stats, int64_t n, int64_t c, int64_t
                      cudaStream_t stream) {
   if (c <= 0) return;
   auto* part = static_cast<double*>(scratch);
-  launch_partials<false>(x, nullptr, nullptr, nullptr, part, n, c, s, stream);
-  bn_stats_finish_kernel<<<blocks(c, kThreads), kThreads, 0, stream>>>(part, stats, c, bn_chunks(n * s),
-                                                                       static_cast<float>(n * s));
+  launch_partials<false>(x, nullptr, nullptr, part, n, c, s, stream);
+  bn_sums_finish_kernel<<<blocks(c, kThreads), kThreads, 0, stream>>>(part, stats, c, bn_chunks(n * s),
+                                                                      static_cast<float>(n * s));
 }
 
-void launch_bn_stats_backward(const float* x, const float* dstats, float* dx, int64_t n, int64_t c, int64_t s,
-                              cudaStream_t stream) {
-  const int64_t total = n * c * s;
-  if (total <= 0) return;
-  if (fits32(total)) {
-    bn_stats_backward_kernel<uint32_t>
-        <<<blocks(total, kThreads), kThreads, 0, stream>>>(x, dstats, dx, c, s, total);
-  } else {
-    bn_stats_backward_kernel<uint64_t>
-        <<<blocks(total, kThreads), kThreads, 0, stream>>>(x, dstats, dx, c, s, total);
-  }
+void launch_bn_grad_sums(const float* x, const float* mean, const float* dy, float* sums, int64_t n, int64_t c,
+                         int64_t s, void* scratch, cudaStream_t stream) {
+  if (c <= 0) return;
+  auto* part = static_cast<double*>(scratch);
+  launch_partials<true>(x, dy, mean, part, n, c, s, stream);
+  bn_sums_finish_kernel<<<blocks(c, kThreads), kThreads, 0, stream>>>(part, sums, c, bn_chunks(n * s), -1.f);
 }
 
 void launch_sync_bn_forward(const float* x, const float* gamma, const float* beta, const float* stats,
@@ -251,22 +226,21 @@ void launch_sync_bn_forward(const float* x, const float* gamma, const float* bet
 }
 
 void launch_sync_bn_backward(const float* x, const float* gamma, const float* stats, const float* mean,
-                             const float* invstd, const float* dy, float* dx, float* dgamma, float* dbeta,
-                             float* dstats, int64_t n, int64_t c, int64_t s, void* scratch,
-                             cudaStream_t stream) {
+                             const float* invstd, const float* dy, const float* sums, const float* global_sums,
+                             float* dx, float* dgamma, float* dbeta, int64_t n, int64_t c, int64_t s,
+                             void* scratch, cudaStream_t stream) {
   if (c <= 0) return;
-  auto* part = static_cast<double*>(scratch);
-  launch_partials<true>(x, dy, mean, invstd, part, n, c, s, stream);
-  sync_bn_backward_finish_kernel<<<blocks(c, kThreads), kThreads, 0, stream>>>(
-      part, gamma, stats, mean, invstd, dgamma, dbeta, dstats, c, bn_chunks(n * s));
+  auto* pqr = static_cast<float*>(scratch);
+  sync_bn_backward_channel_kernel<<<blocks(c, kThreads), kThreads, 0, stream>>>(gamma, stats, invstd, sums,
+                                                                                global_sums, dgamma, dbeta, pqr, c);
   const int64_t total = n * c * s;
   if (total <= 0) return;
   if (fits32(total)) {
     sync_bn_dx_kernel<uint32_t>
-        <<<blocks(total, kThreads), kThreads, 0, stream>>>(dy, gamma, invstd, dx, c, s, total);
+        <<<blocks(total, kThreads), kThreads, 0, stream>>>(x, dy, mean, pqr, dx, c, s, total);
   } else {
     sync_bn_dx_kernel<uint64_t>
-        <<<blocks(total, kThreads), kThreads, 0, stream>>>(dy, gamma, invstd, dx, c, s, total);
+        <<<blocks(total, kThreads), kThreads, 0, stream>>>(x, dy, mean, pqr, dx, c, s, total);
   }
 }
 
