@@ -116,7 +116,8 @@ absl::StatusOr<std::shared_ptr<Communicator>> create(const CommOptions& opts);
 
 // init / finalize: start and stop MPI when this build has it and the process was started
 // by an MPI launcher (OMPI_COMM_WORLD_SIZE or PMIX_RANK is set); otherwise nothing. init is called once, before
-// create(); it asks for MPI_THREAD_MULTIPLE (the comm thread makes MPI calls).
+// create(); it asks for MPI_THREAD_MULTIPLE (comm threads, and callers waiting for a
+// collective not yet started, make MPI calls).
 absl::Status init(int* argc, char*** argv);
 void finalize();
 bool mpi_initialized();

@@ -11,9 +11,24 @@
 namespace mtc::comm::internal {
 
 absl::Status HostWork::wait() {
+  std::shared_ptr<CommThread::Queue> q;
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return status_;
+    q = queue_.lock();
+    ticket = ticket_;
+  }
+  if (q != nullptr) CommThread::run_if_next(*q, ticket);
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return done_; });
   return status_;
+}
+
+void HostWork::bind(std::weak_ptr<CommThread::Queue> q, uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_ = std::move(q);
+  ticket_ = ticket;
 }
 
 bool HostWork::done() {
@@ -48,39 +63,63 @@ void HostWork::finish(absl::Status s, TimePoint start) {
   cv_.notify_all();
 }
 
-CommThread::CommThread(std::string name) : thread_([this] { loop(); }) {
+CommThread::CommThread(std::string name) : q_(std::make_shared<Queue>()), thread_([q = q_] { loop(q); }) {
   // Named for debuggers and top -H ("mtc-comm-mpi"); Linux allows 15 characters.
   pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
 }
 
 CommThread::~CommThread() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(q_->mu);
+    q_->stop = true;
   }
-  cv_.notify_all();
+  q_->cv.notify_all();
   thread_.join();
 }
 
-void CommThread::post(std::function<void()> task) {
+uint64_t CommThread::post(std::function<void()> task) {
+  uint64_t ticket;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(task));
+    std::lock_guard<std::mutex> lock(q_->mu);
+    ticket = q_->next_ticket++;
+    q_->tasks.emplace_back(ticket, std::move(task));
   }
-  cv_.notify_one();
+  q_->cv.notify_one();
+  return ticket;
 }
 
-void CommThread::loop() {
+bool CommThread::run_if_next(Queue& q, uint64_t ticket) {
+  std::function<void()> task;
+  {
+    std::lock_guard<std::mutex> lock(q.mu);
+    if (q.busy || q.tasks.empty() || q.tasks.front().first != ticket) return false;
+    task = std::move(q.tasks.front().second);
+    q.tasks.pop_front();
+    q.busy = true;
+  }
+  task();
+  {
+    std::lock_guard<std::mutex> lock(q.mu);
+    q.busy = false;
+  }
+  q.cv.notify_all();  // the comm thread, for what was queued meanwhile (or the destructor's drain)
+  return true;
+}
+
+void CommThread::loop(const std::shared_ptr<Queue>& q) {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop_ and drained
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      std::unique_lock<std::mutex> lock(q->mu);
+      q->cv.wait(lock, [&] { return !q->busy && (q->stop || !q->tasks.empty()); });
+      if (q->tasks.empty()) return;  // stop_ and drained
+      task = std::move(q->tasks.front().second);
+      q->tasks.pop_front();
+      q->busy = true;
     }
     task();
+    std::lock_guard<std::mutex> lock(q->mu);
+    q->busy = false;
   }
 }
 
@@ -102,22 +141,24 @@ std::shared_ptr<Work> HostQueue::issue(Call c) {
   // turn in the exchange, so that every rank fails it instead of waiting for this one.
   if (!local.ok() && !check_on_) return std::make_shared<HostWork>(std::move(local));
   auto work = std::make_shared<HostWork>();
-  thread_.post([this, work, c = std::move(c), local = std::move(local)] {
+  const uint64_t ticket = thread_.post([this, work, c = std::move(c), local = std::move(local)] {
     const auto start = std::chrono::steady_clock::now();
     absl::Status s = check_on_ ? check_call(check_.get(), c, local, rank_, world_) : absl::OkStatus();
     if (s.ok()) s = run_(c);
     work->finish(std::move(s), start);
   });
+  work->bind(thread_.queue(), ticket);
   return work;
 }
 
 absl::Status HostQueue::run(std::function<absl::Status()> task) {
   auto work = std::make_shared<HostWork>();
-  thread_.post([work, task = std::move(task)] {
+  const uint64_t ticket = thread_.post([work, task = std::move(task)] {
     const auto start = std::chrono::steady_clock::now();
     absl::Status s = task();
     work->finish(std::move(s), start);
   });
+  work->bind(thread_.queue(), ticket);
   return work->wait();
 }
 

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -120,7 +121,45 @@ bool check_enabled(const CommOptions& opts);
 // division, which truncates toward zero).
 void divide(void* buf, size_t count, DataType t, int divisor);
 
-// HostWork: a Work finished by a comm thread (or at once, for a call rejected up front).
+// CommThread: runs posted tasks one at a time in FIFO order, on a thread of its own or,
+// when the thread is idle and a task is the next to run, on the thread that waits for it
+// (run_if_next): a caller that blocks on a collective at once (the collective ops'
+// kernels) then runs it without two hand-overs between threads, which cost about 0.1 ms
+// per call on a loaded machine against a few us for a small all-reduce itself. The
+// destructor runs what is still queued and then joins: every rank expects this rank to
+// take part in the collectives it issued.
+class CommThread {
+ public:
+  // Queue: the tasks and the state both threads share; a HostWork keeps a weak reference,
+  // so a Work outliving its communicator never runs anything.
+  struct Queue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<uint64_t, std::function<void()>>> tasks;  // (ticket, task)
+    uint64_t next_ticket = 0;
+    bool busy = false;  // a task is running, on either thread
+    bool stop = false;
+  };
+  explicit CommThread(std::string name);
+  ~CommThread();
+  CommThread(const CommThread&) = delete;
+  CommThread& operator=(const CommThread&) = delete;
+  // post: queues `task`; returns its ticket.
+  uint64_t post(std::function<void()> task);
+  const std::shared_ptr<Queue>& queue() const { return q_; }
+  // run_if_next: runs the task of `ticket` on the calling thread when it is the first
+  // queued and no task is running; false (nothing run) otherwise.
+  static bool run_if_next(Queue& q, uint64_t ticket);
+
+ private:
+  static void loop(const std::shared_ptr<Queue>& q);
+  std::shared_ptr<Queue> q_;
+  std::thread thread_;
+};
+
+// HostWork: a Work finished by a comm thread's task (or at once, for a call rejected up
+// front). wait() runs the task itself when the comm thread has not started it and nothing
+// is ahead of it (CommThread::run_if_next).
 class HostWork final : public Work {
  public:
   HostWork() = default;
@@ -131,6 +170,8 @@ class HostWork final : public Work {
   bool interval(TimePoint* start, TimePoint* end) const override;
   // finish: the collective ran from `start` to now with status `s`.
   void finish(absl::Status s, TimePoint start);
+  // bind: the queue and ticket of the task that finishes this Work.
+  void bind(std::weak_ptr<CommThread::Queue> q, uint64_t ticket);
 
  private:
   mutable std::mutex mu_;
@@ -140,26 +181,8 @@ class HostWork final : public Work {
   double seconds_ = 0;
   TimePoint start_{}, end_{};
   bool timed_ = false;  // finished by a run (not failed up front)
-};
-
-// CommThread: runs posted tasks one at a time in FIFO order on a thread of its own. The
-// destructor runs what is still queued and then joins: every rank expects this rank to
-// take part in the collectives it issued.
-class CommThread {
- public:
-  explicit CommThread(std::string name);
-  ~CommThread();
-  CommThread(const CommThread&) = delete;
-  CommThread& operator=(const CommThread&) = delete;
-  void post(std::function<void()> task);
-
- private:
-  void loop();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
+  std::weak_ptr<CommThread::Queue> queue_;
+  uint64_t ticket_ = 0;
 };
 
 // HostQueue: the part the local and MPI backends share: validate a call, queue it on the

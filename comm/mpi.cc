@@ -7,7 +7,8 @@
 // Each MpiCommunicator owns an MPI_Comm_dup of MPI_COMM_WORLD (or, made by split(), an
 // MPI_Comm_split of its parent's) and a comm thread that runs
 // its collectives in issue order with blocking MPI calls, so that a caller overlaps them
-// with its own work. Communicators of comm/ set MPI_ERRORS_RETURN and turn error codes
+// with its own work (a caller that waits for one the thread has not started, with nothing
+// ahead of it, runs it itself: CommThread in comm/internal.h). Communicators of comm/ set MPI_ERRORS_RETURN and turn error codes
 // into Status; MPI_COMM_WORLD's handler is left to the program.
 //
 // Thread level: init asks for MPI_THREAD_MULTIPLE (comm threads and the caller make MPI

@@ -1,13 +1,20 @@
 // Tests of comm/ that need no mpirun: the local backend (a world of one) with every
 // collective, the asynchronous Work, argument errors, create()'s errors, the MPI backend
-// run without a launcher (a world of one) and abort_job.
+// run without a launcher (a world of one), abort_job, and the host backends' comm thread
+// (a waiter running the next task itself).
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <future>
+#include <mutex>
+#include <thread>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "comm/communicator.h"
+#include "comm/internal.h"
 #include "gtest/gtest.h"
 
 namespace mtc::comm {
@@ -181,6 +188,72 @@ TEST(CommLocal, UnknownBackend) {
   auto c = create(CommOptions{.backend = static_cast<Backend>(7)});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.status().message(), "comm: unknown backend 7 (built: " + built_backends() + ")");
+}
+
+// A task posted to an idle comm thread, with nothing ahead of it, runs on the thread that
+// asks for it (run_if_next true); otherwise (the comm thread took it first) it runs on the
+// comm thread. Either way exactly once, one task at a time, in posting order.
+TEST(CommThread, AWaiterRunsTheNextTaskItselfOnlyWhenNothingIsAheadOfIt) {
+  internal::CommThread t("mtc-test-comm");
+  const std::thread::id me = std::this_thread::get_id();
+  std::atomic<int> running{0}, overlaps{0};
+  std::vector<int> order;
+  std::mutex order_mu;
+  int inline_runs = 0;
+  for (int k = 0; k < 1000; ++k) {
+    auto ran_on = std::make_shared<std::promise<std::thread::id>>();
+    std::future<std::thread::id> where = ran_on->get_future();
+    const uint64_t ticket = t.post([&, k, ran_on] {
+      if (running.fetch_add(1) != 0) overlaps.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> lock(order_mu);
+        order.push_back(k);
+      }
+      running.fetch_sub(1);
+      ran_on->set_value(std::this_thread::get_id());
+    });
+    const bool here = internal::CommThread::run_if_next(*t.queue(), ticket);
+    const std::thread::id ran = where.get();
+    EXPECT_EQ(here, ran == me) << "task " << k;
+    inline_runs += here ? 1 : 0;
+  }
+  EXPECT_EQ(overlaps.load(), 0);
+  ASSERT_EQ(order.size(), 1000u);
+  for (int k = 0; k < 1000; ++k) EXPECT_EQ(order[k], k);
+  // The comm thread sleeps between tasks and is woken by each post: the waiter, already
+  // running, gets to nearly every task first (all of them on an idle machine).
+  EXPECT_GT(inline_runs, 0);
+  std::printf("%d of 1000 tasks ran on the waiting thread\n", inline_runs);
+}
+
+// While the comm thread runs a task, a waiter never starts a later one, its own or
+// another's: it waits, and the comm thread runs them in order afterwards.
+TEST(CommThread, AWaiterNeverOvertakesARunningOrEarlierTask) {
+  internal::CommThread t("mtc-test-comm");
+  std::promise<void> release, started;
+  std::shared_future<void> go = release.get_future().share();
+  std::vector<int> order;
+  std::mutex order_mu;
+  auto record = [&](int k) {
+    std::lock_guard<std::mutex> lock(order_mu);
+    order.push_back(k);
+  };
+  t.post([&, go] {
+    started.set_value();
+    go.wait();
+    record(0);
+  });
+  started.get_future().wait();  // the comm thread is inside task 0
+  const uint64_t t1 = t.post([&] { record(1); });
+  const uint64_t t2 = t.post([&] { record(2); });
+  EXPECT_FALSE(internal::CommThread::run_if_next(*t.queue(), t1));  // a task is running
+  EXPECT_FALSE(internal::CommThread::run_if_next(*t.queue(), t2));  // and t1 is ahead of it
+  release.set_value();
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> all = done->get_future();
+  t.post([done] { done->set_value(); });
+  all.wait();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
 }
 
 TEST(CommLocalDeathTest, AbortJobPrintsAndExits) {
