@@ -112,7 +112,7 @@ void CommThread::loop(const std::shared_ptr<Queue>& q) {
     {
       std::unique_lock<std::mutex> lock(q->mu);
       q->cv.wait(lock, [&] { return !q->busy && (q->stop || !q->tasks.empty()); });
-      if (q->tasks.empty()) return;  // stop_ and drained
+      if (q->tasks.empty()) return;  // stop, and drained
       task = std::move(q->tasks.front().second);
       q->tasks.pop_front();
       q->busy = true;

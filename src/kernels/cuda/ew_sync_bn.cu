@@ -31,8 +31,8 @@ __device__ __forceinline__ double warp_sum(double v) {
 // sum dy * (x - mean). part is [2][chunks][c].
 template <typename I, bool kBackward>
 __global__ void bn_partial_kernel(const float* __restrict__ x, const float* __restrict__ dy,
-                                  const float* __restrict__ mean, double* __restrict__ part, int64_t c, int64_t s, int64_t per_channel,
-                                  int64_t chunks, int64_t len) {
+                                  const float* __restrict__ mean, double* __restrict__ part, int64_t c,
+                                  int64_t s, int64_t per_channel, int64_t chunks, int64_t len) {
   const int lane = threadIdx.x & 31;
   const int64_t items = c * chunks;
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
