@@ -201,8 +201,12 @@ void check_budgeted_runs(const std::string& model, int iterations, int batch) {
                 static_cast<unsigned long long>(got.evict.evict_swap),
                 static_cast<unsigned long long>(got.evict.recomputes));
     EXPECT_LE(got.peak, ev.budget_bytes) << "the budget was exceeded";
-    if (mode == EvictMode::kDrop) EXPECT_GT(got.evict.recomputes, 0u);
-    if (mode == EvictMode::kSwap) EXPECT_GT(got.evict.evict_swap, 0u);
+    if (mode == EvictMode::kDrop) {
+      EXPECT_GT(got.evict.recomputes, 0u);
+    }
+    if (mode == EvictMode::kSwap) {
+      EXPECT_GT(got.evict.evict_swap, 0u);
+    }
     EXPECT_GT(got.evict.evict_drop + got.evict.evict_swap, 0u);  // both: the policy picks
     train_check::expect_bit_identical(ref, got, std::string("mode ") + evict_mode_name(mode));
   }

@@ -85,8 +85,18 @@ std::vector<Event> layered(const std::vector<size_t>& sizes, int first_slot = 10
   return ev;
 }
 
+// options: TmaOptions with `warmup` iterations traced and at most `max_plans` plans kept.
+// (Set field by field: GCC 12 warns of a designated initializer that leaves a std::string
+// member to its default.)
+TmaOptions options(int warmup, size_t max_plans = TmaOptions{}.max_plans) {
+  TmaOptions o;
+  o.warmup_iterations = warmup;
+  o.max_plans = max_plans;
+  return o;
+}
+
 TEST(Tma, StaticIterationsHitEveryPlannedOffsetAfterWarmup) {
-  Driver d(size_t{64} << 20, TmaOptions{.warmup_iterations = 5});
+  Driver d(size_t{64} << 20, options(5));
   // Persistent blocks first (parameters), as the executor's Put would make them.
   ASSERT_TRUE(d.region().allocate(1 << 20).ok());
   const std::vector<Event> it = layered({3 << 20, 1 << 20, 5 << 20, 2 << 20, 4 << 20, 1 << 20});
@@ -107,7 +117,7 @@ TEST(Tma, StaticIterationsHitEveryPlannedOffsetAfterWarmup) {
 }
 
 TEST(Tma, ASizeThatDoesNotMatchFallsBackToBestFit) {
-  Driver d(size_t{64} << 20, TmaOptions{.warmup_iterations = 2});
+  Driver d(size_t{64} << 20, options(2));
   const std::vector<Event> it = layered({1 << 20, 2 << 20, 1 << 20});
   for (int i = 0; i < 3; ++i) d.run_iteration(it);
   std::vector<Event> other = it;
@@ -120,7 +130,7 @@ TEST(Tma, ASizeThatDoesNotMatchFallsBackToBestFit) {
 }
 
 TEST(Tma, AnOccupiedOffsetIsAMissNotAnOverlap) {
-  Driver d(size_t{64} << 20, TmaOptions{.warmup_iterations = 2});
+  Driver d(size_t{64} << 20, options(2));
   const std::vector<Event> it = layered({1 << 20, 2 << 20, 1 << 20});
   for (int i = 0; i < 3; ++i) d.run_iteration(it);
   const uint64_t hits_before = d.tma().stats().hits;
@@ -136,7 +146,7 @@ TEST(Tma, AnOccupiedOffsetIsAMissNotAnOverlap) {
 }
 
 TEST(Tma, ARecomputeInsertedByDteKeepsTheSignatureAndShiftsNoOtherRequest) {
-  Driver d(size_t{64} << 20, TmaOptions{.warmup_iterations = 2});
+  Driver d(size_t{64} << 20, options(2));
   const std::vector<Event> it = layered({1 << 20, 2 << 20, 1 << 20});
   for (int i = 0; i < 3; ++i) d.run_iteration(it);
   std::vector<Event> with_recompute = it;
@@ -154,7 +164,7 @@ TEST(Tma, ARecomputeInsertedByDteKeepsTheSignatureAndShiftsNoOtherRequest) {
 }
 
 TEST(Tma, PlanCacheServesIterationsWhoseBranchIsRandom) {
-  Driver d(size_t{256} << 20, TmaOptions{.warmup_iterations = 5});
+  Driver d(size_t{256} << 20, options(5));
   const std::vector<Event> a = layered({2 << 20, 1 << 20, 3 << 20});
   const std::vector<Event> b = layered({2 << 20, 4 << 20, 1 << 20, 1 << 20});
   const std::vector<Event> c = layered({2 << 20, 2 << 20});
@@ -173,7 +183,7 @@ TEST(Tma, PlanCacheServesIterationsWhoseBranchIsRandom) {
 // The plan cache holds at most max_plans plans; a new one past it evicts the plan whose
 // shape was seen longest ago, which is planned again the next time it ends an iteration.
 TEST(Tma, PlanCacheEvictsTheLeastRecentlySeenPlan) {
-  Driver d(size_t{256} << 20, TmaOptions{.warmup_iterations = 1, .max_plans = 2});
+  Driver d(size_t{256} << 20, options(1, 2));
   const std::vector<Event> a = layered({2 << 20, 1 << 20, 3 << 20});
   const std::vector<Event> b = layered({2 << 20, 4 << 20, 1 << 20, 1 << 20});
   const std::vector<Event> c = layered({2 << 20, 2 << 20});
