@@ -1080,6 +1080,21 @@ class Baton {
   int64_t limit_ = 0;
 };
 
+// Note [Tight cliques]
+// At every node the search checks each clique of its part: the unplaced buffers of clique
+// s stack above their lowest floor (at least the current offset), so that floor plus their
+// bytes total_[s] must fit the limit. Reading every clique's lowest floor meant a pass over
+// each unplaced buffer's cliques at every node: 40% of the search's time on MiniMalloc's B
+// (perf). Two cheaper tests decide most cliques without it: cur_off + total_[s] over the
+// limit prunes at once, and where limit - total_[s] is at least the highest floor of any
+// unplaced buffer, no floor of s can exceed it, so s passes. Only the other ("tight")
+// cliques need their lowest floor, read from their member lists, or, when those lists
+// are longer than the unplaced buffers' spans, by the pass as before. The release-date
+// bound (stack_fits) reads its clique's floors from the members it walks anyway. The same
+// nodes are pruned: the search visits the same nodes as before, in the same order (A..K
+// with their targets: the same node counts), each faster: B 0.51 s against 0.64, E 0.96
+// against 1.32, H 0.46 against 1.02 (2026-11-30).
+
 class BranchAndBound {
  public:
   enum class Outcome { kFound, kNotFound, kAborted };
@@ -1115,7 +1130,6 @@ class BranchAndBound {
     minoff_.assign(p.n, 0);
     rank_.assign(p.n, 0);
     total_ = p.clique_bytes;
-    low_.assign(p.cliques, kUnplaced);
     cuts_.assign(std::max(p.cliques - 1, 0), 0);
     std::vector<int> diff(p.cliques + 1, 0);
     for (int i = 0; i < p.n; ++i) {
@@ -1130,6 +1144,7 @@ class BranchAndBound {
     if (static_cast<int>(alive_.size()) < p.n + 2) alive_.resize(p.n + 2);
     parts_.clear();
     minoff_log_.clear();
+    low_.assign(p.cliques, kUnplaced);
     // Top-level parts: cut wherever no buffer spans the boundary.
     std::vector<int> cut;
     for (int k = 0; k + 1 < p.cliques; ++k) {
@@ -1238,20 +1253,21 @@ class BranchAndBound {
     }
     const Problem& p = p_;
     const int lo = parts_[part].lo, hi = parts_[part].hi;
-    // One pass over the unplaced buffers: the least end any could take, and each clique's
-    // lowest floor. Note [Search memory]: the unplaced buffers become this depth's own list
+    // One pass over the unplaced buffers: the least end any could take and the highest
+    // floor. Note [Search memory]: the unplaced buffers become this depth's own list
     // only when they are at most half of `from`, so the lists down one branch hold at most
     // about twice the part's buffers, not a list per depth (10,000 buffers deep, that was
     // 400 MiB); a list that is not copied is `from` itself, scanned past its placed ones.
     size_t n_alive = 0;
-    uint64_t min_height = kUnplaced;
-    std::fill(low_.begin() + lo, low_.begin() + hi, kUnplaced);
+    int64_t spans = 0;  // cliques the unplaced buffers span, summed
+    uint64_t min_height = kUnplaced, max_floor = 0;
     for (int u : from) {
       if (off_[u] != kUnplaced) continue;
       ++n_alive;
       const uint64_t m = minoff_[u];
       min_height = std::min(min_height, m + p.size[u]);
-      for (int s = p.first[u]; s < p.last[u]; ++s) low_[s] = std::min(low_[s], m);
+      max_floor = std::max(max_floor, m);
+      spans += p.last[u] - p.first[u];
     }
     if (n_alive == 0) return Outcome::kFound;
     std::vector<int>& own = alive_[depth];
@@ -1266,9 +1282,33 @@ class BranchAndBound {
     }
     const std::vector<int>& alive = own.empty() ? from : own;
     // Section inference: the unplaced buffers of a clique stack above their floors, so the
-    // lowest floor (at least the current offset) plus their bytes must fit.
+    // lowest floor (at least the current offset) plus their bytes must fit; the lowest
+    // floor is read only where it can decide (Note [Tight cliques]).
+    tight_.clear();
+    int64_t members = 0;
     for (int s = lo; s < hi; ++s) {
-      if (low_[s] != kUnplaced && std::max(low_[s], cur_off) + total_[s] > limit_) return Outcome::kNotFound;
+      if (cur_off + total_[s] > limit_) return Outcome::kNotFound;  // each below 2^63: no wrap
+      if (limit_ - total_[s] >= max_floor) continue;
+      tight_.push_back(s);
+      members += ix_.member_start[s + 1] - ix_.member_start[s];
+    }
+    if (!tight_.empty()) {
+      if (members <= spans) {
+        for (int s : tight_) {
+          const uint64_t low = lowest_floor(s);
+          if (low != kUnplaced && std::max(low, cur_off) + total_[s] > limit_) return Outcome::kNotFound;
+        }
+      } else {
+        std::fill(low_.begin() + lo, low_.begin() + hi, kUnplaced);
+        for (int u : alive) {
+          if (off_[u] != kUnplaced) continue;
+          const uint64_t m = minoff_[u];
+          for (int s = p.first[u]; s < p.last[u]; ++s) low_[s] = std::min(low_[s], m);
+        }
+        for (int s : tight_) {
+          if (low_[s] != kUnplaced && std::max(low_[s], cur_off) + total_[s] > limit_) return Outcome::kNotFound;
+        }
+      }
     }
     // Where the last buffer went, the exact least top of each clique's stack (one machine
     // with release dates): max over t of t + the bytes whose floor is >= t.
@@ -1317,23 +1357,35 @@ class BranchAndBound {
         std::chrono::duration<double, std::nano>(kReleaseNsPerByte * static_cast<double>(cands_.capacity() * sizeof(int))));
   }
 
-  // stack_fits: the release-date bound of clique s (low_[s] filled by search()).
+  // lowest_floor: the least floor of clique s's unplaced buffers; kUnplaced when none is.
+  uint64_t lowest_floor(int s) const {
+    uint64_t low = kUnplaced;
+    for (int64_t k = ix_.member_start[s]; k < ix_.member_start[s + 1]; ++k) {
+      const int v = ix_.members[k];
+      if (off_[v] != kUnplaced) continue;
+      low = std::min(low, minoff_[v]);
+    }
+    return low;
+  }
+
+  // stack_fits: the release-date bound of clique s, which passed search()'s section
+  // inference (so its lowest floor, at least cur_off, plus its bytes fit the limit).
   bool stack_fits(int s, uint64_t cur_off) {
-    if (low_[s] == kUnplaced) return true;
     const Problem& p = p_;
-    const uint64_t base = std::max(low_[s], cur_off);
-    const uint64_t slack = limit_ - base - total_[s];
     stack_.resize(ix_.member_start[s + 1] - ix_.member_start[s]);
     size_t n = 0;
-    uint64_t high = 0;
+    uint64_t high = 0, base = kUnplaced;
     for (int64_t k = ix_.member_start[s]; k < ix_.member_start[s + 1]; ++k) {
       const int v = ix_.members[k];
       if (off_[v] != kUnplaced) continue;
       const uint64_t f = std::max(minoff_[v], cur_off);
       high = std::max(high, f);
+      base = std::min(base, f);
       stack_[n++] = {f, p.size[v]};
     }
     stack_.resize(n);
+    if (n == 0) return true;
+    const uint64_t slack = limit_ - base - total_[s];
     if (high - base <= slack) return true;  // no gap between floors exceeds the slack
     std::sort(stack_.begin(), stack_.end(), std::greater<>());
     uint64_t above = 0;
@@ -1396,10 +1448,11 @@ class BranchAndBound {
   int64_t node_limit_ = 0, nodes_ = 0;
   Clock::time_point deadline_;
   std::vector<uint64_t> off_, solution_;
+  std::vector<uint64_t> low_;     // per clique, the lowest floor of its unplaced buffers (scratch)
+  std::vector<int> tight_;        // the cliques whose lowest floor can decide (scratch; Note [Tight cliques])
   std::vector<uint64_t> minoff_;  // floor of each unplaced buffer: highest placed end it overlaps
   std::vector<int> rank_;         // preorder within the buffer's part
   std::vector<uint64_t> total_;   // unplaced bytes per clique
-  std::vector<uint64_t> low_;     // per clique, the lowest floor of its unplaced buffers (scratch)
   std::vector<std::pair<uint64_t, uint64_t>> stack_;  // (floor, bytes) in one clique (scratch)
   std::vector<int> cuts_;         // unplaced buffers live in both clique k and k + 1
   std::deque<Part> parts_;

@@ -53,6 +53,9 @@ if [ -z "$data" ]; then
 fi
 case "$data" in /*) ;; *) data=$caller/$data ;; esac  # relative to where the script was run
 [ -d "$data" ] || { echo "$0: no benchmark data in $data: pass --data DIR or set MTC_BENCH_DATA to the folder holding minimalloc/" >&2; exit 2; }
+for x in A B C D E F G H I J K; do
+  [ -r "$data/$x.1048576.csv" ] || { echo "$0: no $x.1048576.csv in $data: --data DIR is the folder of MiniMalloc's A.1048576.csv .. K.1048576.csv" >&2; exit 2; }
+done
 if [ ! -x "$mtc_plan" ]; then
   echo "no mtc-plan at $mtc_plan: build it (ninja -C build mtc-plan) or pass its path" >&2
   exit 2
@@ -70,6 +73,7 @@ for x in A B C D E F G H I J K; do
   [ "$x" = C ] && target=1039360
   verdict=PASS
   row=()
+  method=-
   for threads in 1 2; do
     log=$tmp/$x.$threads.log
     status=0
