@@ -1322,16 +1322,21 @@ class BranchAndBound {
     // stack for every depth: this node's are [base, end), deeper nodes push theirs above
     // and take them off before returning. A vector per depth, each kept at its largest,
     // held 2 million ints in 3,355 vectors on 10,160 buffers, and freeing them when the
-    // search stopped took 9-15 ms past its deadline; the stack takes 2 ms.
+    // search stopped took 9-15 ms past its deadline; the stack takes 2 ms. They are written
+    // in place into room for every unplaced buffer, then the stack is cut to them: pushed
+    // one by one, the pushes took 4.6% of the search on MiniMalloc's B.
     const size_t base = cands_.size();
+    if (cands_.capacity() < base + n_alive) cands_.reserve(std::max(base + n_alive, 2 * cands_.capacity()));
+    cands_.resize(base + n_alive);
+    size_t end = base;
     for (int u : alive) {
       if (off_[u] != kUnplaced) continue;
       const uint64_t m = minoff_[u];
       if ((m > cur_off || (m == cur_off && rank_[u] > cur_rank)) && m < min_height && m + p.bytes[u] <= capacity_) {
-        cands_.push_back(u);
+        cands_[end++] = u;
       }
     }
-    const size_t end = cands_.size();
+    cands_.resize(end);
     std::sort(cands_.begin() + static_cast<std::ptrdiff_t>(base), cands_.end(), [&](int a, int b) {
       return minoff_[a] != minoff_[b] ? minoff_[a] < minoff_[b] : rank_[a] < rank_[b];
     });
