@@ -1130,6 +1130,7 @@ class BranchAndBound {
     minoff_.assign(p.n, 0);
     rank_.assign(p.n, 0);
     total_ = p.clique_bytes;
+    low_.assign(p.cliques, kUnplaced);
     cuts_.assign(std::max(p.cliques - 1, 0), 0);
     std::vector<int> diff(p.cliques + 1, 0);
     for (int i = 0; i < p.n; ++i) {
@@ -1144,7 +1145,6 @@ class BranchAndBound {
     if (static_cast<int>(alive_.size()) < p.n + 2) alive_.resize(p.n + 2);
     parts_.clear();
     minoff_log_.clear();
-    low_.assign(p.cliques, kUnplaced);
     // Top-level parts: cut wherever no buffer spans the boundary.
     std::vector<int> cut;
     for (int k = 0; k + 1 < p.cliques; ++k) {
@@ -1292,22 +1292,20 @@ class BranchAndBound {
       tight_.push_back(s);
       members += ix_.member_start[s + 1] - ix_.member_start[s];
     }
-    if (!tight_.empty()) {
-      if (members <= spans) {
-        for (int s : tight_) {
-          const uint64_t low = lowest_floor(s);
-          if (low != kUnplaced && std::max(low, cur_off) + total_[s] > limit_) return Outcome::kNotFound;
-        }
-      } else {
-        std::fill(low_.begin() + lo, low_.begin() + hi, kUnplaced);
-        for (int u : alive) {
-          if (off_[u] != kUnplaced) continue;
-          const uint64_t m = minoff_[u];
-          for (int s = p.first[u]; s < p.last[u]; ++s) low_[s] = std::min(low_[s], m);
-        }
-        for (int s : tight_) {
-          if (low_[s] != kUnplaced && std::max(low_[s], cur_off) + total_[s] > limit_) return Outcome::kNotFound;
-        }
+    auto over = [&](int s, uint64_t low) { return low != kUnplaced && std::max(low, cur_off) + total_[s] > limit_; };
+    if (members <= spans) {
+      for (int s : tight_) {
+        if (over(s, lowest_floor(s))) return Outcome::kNotFound;
+      }
+    } else {
+      std::fill(low_.begin() + lo, low_.begin() + hi, kUnplaced);
+      for (int u : alive) {
+        if (off_[u] != kUnplaced) continue;
+        const uint64_t m = minoff_[u];
+        for (int s = p.first[u]; s < p.last[u]; ++s) low_[s] = std::min(low_[s], m);
+      }
+      for (int s : tight_) {
+        if (over(s, low_[s])) return Outcome::kNotFound;
       }
     }
     // Where the last buffer went, the exact least top of each clique's stack (one machine
@@ -1326,8 +1324,7 @@ class BranchAndBound {
     // in place into room for every unplaced buffer, then the stack is cut to them: pushed
     // one by one, the pushes took 4.6% of the search on MiniMalloc's B.
     const size_t base = cands_.size();
-    if (cands_.capacity() < base + n_alive) cands_.reserve(std::max(base + n_alive, 2 * cands_.capacity()));
-    cands_.resize(base + n_alive);
+    cands_.resize(base + n_alive);  // grows geometrically
     size_t end = base;
     for (int u : alive) {
       if (off_[u] != kUnplaced) continue;
@@ -1453,11 +1450,11 @@ class BranchAndBound {
   int64_t node_limit_ = 0, nodes_ = 0;
   Clock::time_point deadline_;
   std::vector<uint64_t> off_, solution_;
-  std::vector<uint64_t> low_;     // per clique, the lowest floor of its unplaced buffers (scratch)
-  std::vector<int> tight_;        // the cliques whose lowest floor can decide (scratch; Note [Tight cliques])
   std::vector<uint64_t> minoff_;  // floor of each unplaced buffer: highest placed end it overlaps
   std::vector<int> rank_;         // preorder within the buffer's part
   std::vector<uint64_t> total_;   // unplaced bytes per clique
+  std::vector<uint64_t> low_;     // per clique, the lowest floor of its unplaced buffers (scratch)
+  std::vector<int> tight_;        // the cliques whose lowest floor can decide (scratch; Note [Tight cliques])
   std::vector<std::pair<uint64_t, uint64_t>> stack_;  // (floor, bytes) in one clique (scratch)
   std::vector<int> cuts_;         // unplaced buffers live in both clique k and k + 1
   std::deque<Part> parts_;
