@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "mtc/status.h"
 #include "trace/chrome_trace.h"
@@ -281,7 +282,7 @@ absl::Status Executor::execute(ApplyOp& c) {
     }
   }
   path->outputs = c.outputs;
-  path->compute_us = us;
+  path->compute_us = device_.async_kernels() ? last_provisional_us_ : us;
   if (opts_.reproducible) {  // the op's FLOPs at 1 GFLOP/s, in microseconds
     absl::InlinedVector<TensorDesc, 4> in_d;
     for (TensorRecord* r : ins) in_d.push_back(r->desc);
@@ -637,15 +638,25 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
     device_.stop_timer(timer);
     // An asynchronous device's span is the host's issue of the op (its device time comes later).
     if (chrome_) chrome_->span(op.name(), recomputing ? "recompute" : "op", issued, us_since(issued));
+    // Note [Provisional op times]
+    absl::InlinedVector<TensorDesc, 4> in_d, out_d;
+    for (const TensorView& v : ins) in_d.push_back(*v.desc);
+    for (const TensorView& v : outs) out_d.push_back(*v.desc);
+    const OpCost cost = op.cost(in_d, out_d);
+    const double work = cost.flops + cost.bytes_read + cost.bytes_written;
+    const uint64_t key = op_time_key(op, ins, outs);
+    last_provisional_us_ = provisional_us(key, work);
     if (timer != 0) {  // 0: untimed
       PendingTimer& t = pending_timers_[timer];
       t = PendingTimer{};
       t.path = path;
       t.recompute = recomputing;
+      t.key = key;
+      t.work = work;
       if (observer_ && !recomputing) {
         t.op = path->op;
-        for (const TensorView& v : ins) t.in.push_back(*v.desc);
-        for (const TensorView& v : outs) t.out.push_back(*v.desc);
+        t.in.assign(in_d.begin(), in_d.end());
+        t.out.assign(out_d.begin(), out_d.end());
         last_timer_ = timer;
       }
     }
@@ -673,9 +684,40 @@ void Executor::collect_timers(bool wait) {
     if (std::shared_ptr<ComputePath> p = it->second.path.lock(); p && !opts_.reproducible) p->compute_us = us;
     EvictStats& stats = engine_.stats();
     (it->second.recompute ? stats.recompute_us : stats.compute_us) += us;
+    if (op_times_.size() >= kMaxOpTimes) op_times_.clear();  // many shapes: start over
+    op_times_[it->second.key] = us;
+    timed_us_ += us;
+    timed_work_ += it->second.work;
     if (observer_ && it->second.op) observer_(*it->second.op, it->second.in, it->second.out, it->second.out_ids, us);
     pending_timers_.erase(it);
   }
+}
+
+// Note [Provisional op times]
+// On an asynchronous device (CUDA) an op's time arrives from its events some ops later
+// (collect_timers), and until then its compute path's time would be 0: DTE's cost would
+// see the tensors just made, the ones most likely to be used next, as free to recompute
+// and evict them first. So each op run starts with a provisional time, replaced by the
+// measured one when it arrives: the last measured time of a run with the same key (the
+// op's type and its input and output shapes and dtypes; attributes that change neither,
+// such as a scale's factor, share a key), which in a training loop is the previous
+// iteration's run of the same op; else, for a key not yet measured (the first
+// iteration), the op's work (its cost's flops plus bytes read and written) at the rate of
+// every run measured so far; else, before any, at 1 microsecond per 1000 units (1 GFLOP/s,
+// the reproducible mode's rate). The table is cleared when it holds kMaxOpTimes keys (a
+// model whose shapes never repeat). Host devices time ops with the host clock and never
+// use it.
+uint64_t Executor::op_time_key(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs) {
+  size_t h = absl::HashOf(reinterpret_cast<uintptr_t>(op.name()), ins.size());
+  for (const TensorView& v : ins) h = absl::HashOf(h, v.desc->shape, static_cast<int>(v.desc->dtype));
+  for (const TensorView& v : outs) h = absl::HashOf(h, v.desc->shape, static_cast<int>(v.desc->dtype));
+  return h;
+}
+
+double Executor::provisional_us(uint64_t key, double work) const {
+  if (auto it = op_times_.find(key); it != op_times_.end()) return it->second;
+  if (timed_work_ > 0) return work * (timed_us_ / timed_work_);
+  return work * 1e-3;
 }
 
 }  // namespace mtc

@@ -163,6 +163,8 @@ class Executor final : private evict::Host {
   struct PendingTimer {
     std::weak_ptr<ComputePath> path;
     bool recompute = false;
+    uint64_t key = 0;   // op_time_key of the run
+    double work = 0;    // its cost's flops plus bytes (the fallback rate's unit)
     // For the observer, when one is set: the op and its descriptions and output ids.
     std::shared_ptr<const OpDef> op;
     absl::InlinedVector<TensorDesc, 4> in, out;
@@ -171,6 +173,15 @@ class Executor final : private evict::Host {
   absl::flat_hash_map<uint64_t, PendingTimer> pending_timers_;
   std::vector<std::pair<uint64_t, double>> timers_done_;
   void collect_timers(bool wait);
+  // Note [Provisional op times]: on an asynchronous device, an op's time until its own
+  // timing arrives: the last measured run with the same key (the op and its input and
+  // output shapes), else its work at the rate measured so far.
+  static uint64_t op_time_key(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs);
+  double provisional_us(uint64_t key, double work) const;
+  static constexpr size_t kMaxOpTimes = size_t{1} << 16;
+  absl::flat_hash_map<uint64_t, double> op_times_;  // key -> last measured microseconds
+  double timed_us_ = 0, timed_work_ = 0;            // the measured runs' totals
+  double last_provisional_us_ = 0;                  // the last op run's, for its path
   OpObserver observer_;      // empty unless set
   uint64_t last_timer_ = 0;  // the timer of the last op run (the observer's, asynchronous)
   absl::InlinedVector<size_t, 2> last_scratch_;  // the scratch requests of the last kernel run

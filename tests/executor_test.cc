@@ -1,7 +1,10 @@
 // Tests of the interpreter's worker side (src/executor.cc) driven command by command:
 // the tensor records it keeps (storage, compute path, users, reference counts) and what
 // Del (with DTE's fake delete) and failures do to them, which evictions count as forced by
-// fragmentation, and compaction when only moving a pinned input makes room.
+// fragmentation, and compaction when only moving a pinned input makes room; the
+// provisional op times of an asynchronous device.
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "executor.h"
@@ -301,6 +304,107 @@ TEST(ExecutorEvictions, MovesATensorIntoAnotherSegmentsFreeBlock) {
     s.device->compute_region().check_invariants();
     s.expect_values(2, 5e5f, int64_t{512} << 8);
   }
+}
+
+// An asynchronous device as the executor sees one (Device::async_kernels): the host's
+// memory and kernels, but each op's time arrives only when the test releases it, as a
+// GPU's event times arrive some ops after the op was issued. Timer n measures 100 n us.
+class HeldTimerDevice final : public Device {
+ public:
+  HeldTimerDevice()
+      : Device(DeviceType::kCPU, 0, 1),
+        arena_(static_cast<std::byte*>(std::aligned_alloc(4096, size_t{4} << 20)), &std::free) {
+    init_regions(arena_.get(), size_t{1} << 20, size_t{3} << 20);
+  }
+  absl::Status copy_to_device(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status copy_on_device(void* dst, const void* src, size_t bytes) override {
+    std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status synchronize() override { return absl::OkStatus(); }
+  bool async_kernels() const override { return true; }
+  uint64_t start_timer() override { return ++next_; }
+  void stop_timer(uint64_t id) override { issued_.push_back(id); }
+  void collect_timers(bool wait, std::vector<std::pair<uint64_t, double>>& done) override {
+    if (!wait && !released_) return;
+    for (uint64_t id : issued_) done.emplace_back(id, 100.0 * static_cast<double>(id));
+    issued_.clear();
+  }
+  std::string describe() const override { return "host memory, held op timings"; }
+  bool released_ = false;
+
+ private:
+  std::unique_ptr<std::byte, decltype(&std::free)> arena_;
+  uint64_t next_ = 0;
+  std::vector<uint64_t> issued_;
+};
+
+// Note [Provisional op times] (src/executor.cc): until an op's timing arrives its compute
+// path's time is the last measured run with the same key, else its work at the rate
+// measured so far; never 0, which DTE's cost would read as free to recompute.
+TEST(ExecutorAsync, OpTimesAreProvisionalUntilTheirTimingsArrive) {
+  HeldTimerDevice device;
+  Executor ex(device, ExecutorOptions{});
+  const TensorDesc d{{256}, DType::kF32}, d2{{512}, DType::kF32};
+  auto put = [&](uint64_t id, const TensorDesc& desc) {
+    Put p{id, desc, std::vector<std::byte>(desc.bytes()), false};
+    return ex.execute(p);
+  };
+  auto apply = [&](std::shared_ptr<const OpDef> op, IdList in, uint64_t out, const TensorDesc& desc) {
+    ApplyOp c{std::move(op), std::move(in), {out}, {}};
+    c.output_descs.push_back(desc);
+    return ex.execute(c);
+  };
+  auto us = [&](uint64_t id) { return ex.records().at(id).producer->compute_us; };
+  auto add = std::make_shared<BinaryOp>(BinaryKind::kAdd);
+  auto relu = std::make_shared<ActOp>(ActKind::kRelu);
+  ASSERT_TRUE(put(1, d).ok());
+  ASSERT_TRUE(put(2, d).ok());
+  ASSERT_TRUE(put(9, d2).ok());
+
+  // Nothing measured yet: the add's work at 1 GFLOP/s (256 flops, 3 KiB moved).
+  ASSERT_TRUE(apply(add, {1, 2}, 3, d).ok());  // timer 1
+  const std::vector<TensorDesc> in_d{d, d}, out_d{d};
+  const OpCost c = add->cost(in_d, out_d);
+  EXPECT_DOUBLE_EQ(us(3), (c.flops + c.bytes_read + c.bytes_written) * 1e-3);
+  EXPECT_GT(us(3), 0.0);
+
+  // The add's timing (100 us) arrives before the relu runs: the add's path takes it, and
+  // the relu, not measured yet, gets its work at the add's measured rate.
+  device.released_ = true;
+  ASSERT_TRUE(apply(relu, {3}, 4, d).ok());  // timer 2, collected by the next op
+  EXPECT_DOUBLE_EQ(us(3), 100.0);
+  const std::vector<TensorDesc> r_in{d};
+  const OpCost rc = relu->cost(r_in, out_d);
+  EXPECT_NEAR(us(4), (rc.flops + rc.bytes_read + rc.bytes_written) * 100.0 /
+                         (c.flops + c.bytes_read + c.bytes_written), 1e-9);
+  EXPECT_GT(us(4), 0.0);
+
+  // A second add of the same shapes starts from the first's measured 100 us (the relu's
+  // 200 us arrive as it is issued). Then, timings held: an add of other shapes does not
+  // share the key and gets its work at the rate of both measured runs.
+  ASSERT_TRUE(apply(add, {1, 2}, 5, d).ok());  // timer 3
+  EXPECT_DOUBLE_EQ(us(4), 200.0);
+  EXPECT_DOUBLE_EQ(us(5), 100.0);
+  device.released_ = false;
+  ASSERT_TRUE(apply(add, {9, 9}, 6, d2).ok());  // timer 4
+  const std::vector<TensorDesc> in_d2{d2, d2}, out_d2{d2};
+  const OpCost c2 = add->cost(in_d2, out_d2);
+  const double work = c.flops + c.bytes_read + c.bytes_written, work_relu = rc.flops + rc.bytes_read + rc.bytes_written;
+  EXPECT_NEAR(us(6), (c2.flops + c2.bytes_read + c2.bytes_written) * 300.0 / (work + work_relu), 1e-9);
+  EXPECT_DOUBLE_EQ(us(5), 100.0);  // its own timing still held
+
+  // Reading the totals waits for the timings in flight; each path then holds its own.
+  EXPECT_DOUBLE_EQ(ex.evict_stats().compute_us, 100.0 + 200.0 + 300.0 + 400.0);
+  EXPECT_DOUBLE_EQ(us(5), 300.0);
+  EXPECT_DOUBLE_EQ(us(6), 400.0);
 }
 
 }  // namespace
