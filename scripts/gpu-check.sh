@@ -13,7 +13,7 @@
 #       toolkit's or the driver's) into DIR/mtc-gpu-bundle.tar.xz (DIR: build-gpu-bundle).
 #       libstdc++ goes in too, used only where the machine's own is too old. Prints the
 #       bundle's size: the device tool carries at most 64 MiB with the working tree.
-#   scripts/gpu-check.sh OUTFILE [--bundle DIR] [--build DIR] [--deadline S]
+#   scripts/gpu-check.sh OUTFILE [--bundle DIR] [--build DIR] [--deadline S] [--steps LIST]
 #       on the device machine (or anywhere): takes the binaries from DIR/mtc-gpu-bundle.tar.xz
 #       (unpacked under /tmp), else from the build folder --build (default build-gpu), else
 #       builds build-gpu/ there (which needs the libraries above). Then, one section each
@@ -35,6 +35,9 @@
 #            --dtp=p1, each beside the same run without NCCL;
 #        11. TMA on the GPU: a 48-layer GPT with and without --tma (its packing moves
 #            tensors within the device): losses bit for bit, the high water.
+#       --steps LIST (comma-separated: tests, resnet56, nccl, resnet50, dtp, dte,
+#       nccl-training, tma; default all) runs only those of steps 4-11, for a second, shorter
+#       device call; steps 1-3 always run.
 #       Each step runs under `timeout` and the whole run under --deadline (540 s), so it
 #       ends inside the device tool's 10 minutes even if a step hangs; a failed step is
 #       recorded and the next one runs. Full logs: OUTFILE.logs.tar.gz beside OUTFILE.
@@ -764,11 +767,12 @@ no_gpu_steps() {
 check() {
   out=$1; shift
   bundle_dir=build-gpu-bundle build_dir=build-gpu deadline=540
+  local all_steps=(tests resnet56 nccl resnet50 dtp dte nccl-training tma) steps=""
   while [ $# -gt 0 ]; do
     case "$1" in
-      --bundle|--build|--deadline)
+      --bundle|--build|--deadline|--steps)
         [ $# -ge 2 ] || { echo "gpu-check.sh: $1 needs a value" >&2; exit 2; }
-        case "$1" in --bundle) bundle_dir=$2 ;; --build) build_dir=$2 ;; --deadline) deadline=$2 ;; esac
+        case "$1" in --bundle) bundle_dir=$2 ;; --build) build_dir=$2 ;; --deadline) deadline=$2 ;; --steps) steps=$2 ;; esac
         shift 2 ;;
       *) echo "gpu-check.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -777,6 +781,14 @@ check() {
     echo "gpu-check.sh: --deadline must be a number of seconds >= 60" >&2
     exit 2
   fi
+  [ -n "$steps" ] || steps=$(IFS=,; echo "${all_steps[*]}")
+  local st
+  for st in ${steps//,/ }; do
+    [[ " ${all_steps[*]} " == *" $st "* ]] ||
+      { echo "gpu-check.sh: --steps: unknown step '$st'; expected a comma-separated list of: $(IFS=,; echo "${all_steps[*]}")" >&2; exit 2; }
+  done
+  # want STEP: whether --steps names STEP.
+  want() { [[ ",$steps," == *",$1,"* ]]; }
   t0=$SECONDS
   mkdir -p "$(dirname "$out")"
   out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
@@ -786,7 +798,7 @@ check() {
   : >"$out"
   say "# mtc GPU check"
   md "" "\`scripts/gpu-check.sh\` from $(git rev-parse --short HEAD 2>/dev/null || echo "a tree without git"), $(date -u '+%Y-%m-%d %H:%M UTC');" \
-     "deadline $deadline s; \$WORK is the scratch folder; full logs in $(basename "$out").logs.tar.gz." ""
+     "deadline $deadline s; steps $steps; \$WORK is the scratch folder; full logs in $(basename "$out").logs.tar.gz." ""
   machine
   local gpu=0
   if have_gpu; then gpu=1; fi
@@ -795,14 +807,14 @@ check() {
     check_libraries
     startup
     if [ "$gpu" = 1 ]; then
-      gpu_tests 120 180
-      resnet56
-      nccl
-      resnet50
-      dtp_gpu
-      dte_gpu
-      nccl_training
-      tma_gpu
+      if want tests; then gpu_tests 120 180; fi
+      if want resnet56; then resnet56; fi
+      if want nccl; then nccl; fi
+      if want resnet50; then resnet50; fi
+      if want dtp; then dtp_gpu; fi
+      if want dte; then dte_gpu; fi
+      if want nccl-training; then nccl_training; fi
+      if want tma; then tma_gpu; fi
     else
       say "" "no GPU found: skipping the GPU steps"
       no_gpu_steps
