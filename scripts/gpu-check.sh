@@ -34,10 +34,13 @@
 #        10. training through NCCL on one rank: ResNet-20 with --sync_bn and the GPT under
 #            --dtp=p1, each beside the same run without NCCL;
 #        11. TMA on the GPU: a 48-layer GPT with and without --tma (its packing moves
-#            tensors within the device): losses bit for bit, the high water.
+#            tensors within the device): losses bit for bit, the high water;
+#        12. DTP's GPU projection against this GPU: dtp_gpu_projection's one-GPU time per
+#            iteration (H100 figures, fp32) for GPT-2 small and the 24-layer GPT at 8
+#            sequences of 1024, beside mtc-train's measured one.
 #       --steps LIST (comma-separated: tests, resnet56, nccl, resnet50, dtp, dte,
-#       nccl-training, tma; default all) runs only those of steps 4-11, for a second, shorter
-#       device call; steps 1-3 always run.
+#       nccl-training, tma, projection; default all) runs only those of steps 4-12, for a
+#       second, shorter device call; steps 1-3 always run.
 #       Each step runs under `timeout` and the whole run under --deadline (540 s), so it
 #       ends inside the device tool's 10 minutes even if a step hangs; a failed step is
 #       recorded and the next one runs. Full logs: OUTFILE.logs.tar.gz beside OUTFILE.
@@ -137,14 +140,14 @@ prepare() {
   for t in "$src"/tests/cuda_*_test.cc "$src"/tests/*nccl*_test.cc; do
     [ -e "$t" ] && tests+=("$(basename "$t" .cc)")
   done
-  echo "== build (ninja -j$jobs): mtc-train mtc-bench-comm ${tests[*]}"
-  ninja -C "$build" -j"$jobs" mtc-train mtc-bench-comm "${tests[@]}"
+  echo "== build (ninja -j$jobs): mtc-train mtc-bench-comm dtp_gpu_projection ${tests[*]}"
+  ninja -C "$build" -j"$jobs" mtc-train mtc-bench-comm dtp_gpu_projection "${tests[@]}"
 
   local stage
   stage=$(mktemp -d)
   local b=$stage/$bundle_name
   mkdir -p "$b/bin" "$b/lib" "$b/compat"
-  cp "$build/launch/mtc-train" "$build/benchmarks/mtc-bench-comm" "$b/bin/"
+  cp "$build/launch/mtc-train" "$build/benchmarks/mtc-bench-comm" "$build/benchmarks/dtp_gpu_projection" "$b/bin/"
   for t in "${tests[@]}"; do cp "$build/tests/$t" "$b/bin/"; done
   # The plug-ins libmtc loads by name from its own folder (comm/plugin.h): the CUDA backend
   # and NCCL's. The MPI one stays out: the GPU machine has no MPI.
@@ -305,12 +308,13 @@ get_binaries() {
     [ "$rc" = 0 ] || { tail_log; return 1; }
     local tests=() t
     for t in tests/cuda_*_test.cc tests/*nccl*_test.cc; do [ -e "$t" ] && tests+=("$(basename "$t" .cc)"); done
-    run_step build 360 ninja -C "$build_dir" mtc-train mtc-bench-comm "${tests[@]}"
+    run_step build 360 ninja -C "$build_dir" mtc-train mtc-bench-comm dtp_gpu_projection "${tests[@]}"
     note build "$(status_of "$rc")"
     [ "$rc" = 0 ] || { tail_log; return 1; }
   fi
   source_of_binaries="the build folder $build_dir"
   cp "$build_dir/launch/mtc-train" "$build_dir/benchmarks/mtc-bench-comm" "$work/bin/"
+  [ ! -x "$build_dir/benchmarks/dtp_gpu_projection" ] || cp "$build_dir/benchmarks/dtp_gpu_projection" "$work/bin/"
   for t in "$build_dir"/tests/cuda_*_test "$build_dir"/tests/*nccl*_test; do [ -x "$t" ] && cp "$t" "$work/bin/"; done
   libdirs=$build_dir/lib
   return 0
@@ -669,6 +673,52 @@ dte_gpu() {
   if [ "$all" = 1 ]; then note "dte on the gpu (resnet50, 50% and 30%)" ok; else note "dte on the gpu (resnet50, 50% and 30%)" "FAIL (a run failed or passed its budget)"; tail_log 20; fi
 }
 
+# projection_gpu: DTP's GPU projection (benchmarks/dtp_gpu_projection: the cost model fed
+# with H100 SXM figures, stated in that program) against this GPU: its one-GPU data-parallel
+# time per iteration at fp32 rates for GPT-2 small and the 24-layer, D 1024 GPT at 8
+# sequences of 1024, beside mtc-train's least s/iter of the same model here (fp32, TF32
+# off, AdamW, 2 + 4 iterations). Reported, not judged: the figures are an H100's, this GPU
+# may be an H200 (the same FP32 rate, more HBM bandwidth).
+projection_gpu() {
+  md "" "## 12. DTP's GPU projection against one GPU"
+  if [ ! -x "$work/run/dtp_gpu_projection" ]; then
+    say "- no dtp_gpu_projection among the binaries: not run"
+    note "dtp projection against one gpu" "FAIL (no dtp_gpu_projection)"
+    return
+  fi
+  run_step projection 30 "$work/run/dtp_gpu_projection" --gpus 1 --batch_per_gpu 8
+  if [ "$rc" != 0 ]; then
+    note "dtp projection against one gpu" "$(status_of "$rc")"
+    tail_log 20
+    return
+  fi
+  local proj=$log name pred args s meas all=1
+  md "" '```'
+  say "$(printf '%-40s %16s %16s %10s' model "predicted s/it" "measured s/it" "meas/pred")"
+  for name in "12-layer" "24-layer"; do
+    # The fp32 table's row of this model at 8 sequences per GPU: "NAME (...) 8 8 | dp_us ...".
+    pred=$(awk -v m="$name" '/^== fp32/ { on = 1; next } /^== / { on = 0 } on && index($0, m) == 1 {
+             split($0, f, "|"); split(f[1], a, " "); if (a[length(a) - 1] == 8) { split(f[2], b, " "); print b[1]; exit } }' "$proj")
+    if [ "$name" = 12-layer ]; then
+      args=(--gpt_config=small --seq=1024)
+    else
+      args=(--gpt_config=small --layers=24 --hidden=1024 --heads=16 --seq=1024)
+    fi
+    run_step "projection-$name" 120 "$work/run/mtc-train" --model=gpt "${args[@]}" --batch=8 --optimizer=adamw \
+      --lr=1e-4 --warmup=2 --iterations=4 --seed=0 --log_every=1000 --device=cuda
+    s=$(grep '^summary ' "$log" | tail -n 1 || true)
+    meas=$(field "$s" min_sec_per_iter)
+    if [ "$rc" != 0 ] || [ -z "$meas" ] || [ -z "$pred" ]; then
+      all=0
+      say "$(printf '%-40s %16s  FAIL (%s)' "$name" "${pred:-?}" "$(status_of "$rc")")"
+      continue
+    fi
+    say "$(awk -v n="$name" -v p="$pred" -v m="$meas" 'BEGIN { printf "%-40s %16.4f %16.4f %10.3f", n, p / 1e6, m, m / (p / 1e6) }')"
+  done
+  md '```'
+  if [ "$all" = 1 ]; then note "dtp projection against one gpu" "ok (reported)"; else note "dtp projection against one gpu" "FAIL (a run failed)"; tail_log 20; fi
+}
+
 # nccl_training: training through the NCCL plug-in on one rank, each run beside the same
 # run without it: ResNet-20 with synchronised batch norm (its statistics all-reduced), and
 # the GPT under DTP's mode p1 on a group of one (its conversions and gradient reductions
@@ -767,7 +817,7 @@ no_gpu_steps() {
 check() {
   out=$1; shift
   bundle_dir=build-gpu-bundle build_dir=build-gpu deadline=540
-  local all_steps=(tests resnet56 nccl resnet50 dtp dte nccl-training tma) steps=""
+  local all_steps=(tests resnet56 nccl resnet50 dtp dte nccl-training tma projection) steps=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --bundle|--build|--deadline|--steps)
@@ -815,6 +865,7 @@ check() {
       if want dte; then dte_gpu; fi
       if want nccl-training; then nccl_training; fi
       if want tma; then tma_gpu; fi
+      if want projection; then projection_gpu; fi
     else
       say "" "no GPU found: skipping the GPU steps"
       no_gpu_steps
