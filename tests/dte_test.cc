@@ -9,6 +9,7 @@
 #include <fstream>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "device.h"
 #include "evict/cost.h"
 #include "evict/evicted_classes.h"
@@ -126,7 +127,7 @@ class DropoutNet final : public nn::Module {
   DropoutNet() {
     for (int i = 0; i < 12; ++i) {
       convs_.push_back(register_module(
-          "c" + std::to_string(i),
+          absl::StrCat("c", i),
           std::make_shared<nn::Conv2d>(nn::Conv2dConfig{.in_channels = i == 0 ? 3 : 16, .out_channels = 16, .kernel = 3, .padding = 1})));
     }
     fc_ = register_module("fc", std::make_shared<nn::Linear>(16, 10));
