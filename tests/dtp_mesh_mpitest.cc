@@ -226,7 +226,9 @@ TEST(DtpMesh, RefreshRebuildsOnlyWhenPlacementsChange) {
   run_on_mesh(pair, reducer, m, p_pair);
   auto first = reducer.figures();
   ASSERT_TRUE(first.ok()) << first.status();
-  if (g_size > 1) EXPECT_GT(first->reduced_bytes, 0u) << "fc2's bias is replicated";
+  if (g_size > 1) {
+    EXPECT_GT(first->reduced_bytes, 0u) << "fc2's bias is replicated";
+  }
 
   ASSERT_TRUE(reducer.refresh(plain).ok());
   EXPECT_EQ(reducer.rebuilds(), 1);

@@ -182,7 +182,9 @@ void check_case(const Case& c, int parts, std::mt19937& rng, int* checked) {
   c.op->signatures(descs, parts, sigs);
   for (const Signature& s : sigs) {
     for (size_t i = 0; i < s.in.size() && i < descs.size(); ++i) {
-      if (s.in[i].split()) EXPECT_TRUE(partition::splittable(descs[i].shape, s.in[i].dim, parts)) << s.str() << " input " << i;
+      if (s.in[i].split()) {
+        EXPECT_TRUE(partition::splittable(descs[i].shape, s.in[i].dim, parts)) << s.str() << " input " << i;
+      }
     }
   }
   // Those listed for any group size (parts 0) must hold for every p: checked
@@ -211,7 +213,9 @@ void check_case(const Case& c, int parts, std::mt19937& rng, int* checked) {
     EXPECT_EQ(s.out.size(), n_out);
     // Every split must be of a dim with at least p elements.
     for (size_t i = 0; i < s.out.size() && i < out_descs.size(); ++i) {
-      if (s.out[i].split()) EXPECT_TRUE(partition::splittable(out_descs[i].shape, s.out[i].dim, parts)) << "output " << i;
+      if (s.out[i].split()) {
+        EXPECT_TRUE(partition::splittable(out_descs[i].shape, s.out[i].dim, parts)) << "output " << i;
+      }
     }
     std::vector<std::vector<Host>> got(parts);  // per rank
     for (int r = 0; r < parts; ++r) {

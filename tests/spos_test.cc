@@ -257,7 +257,9 @@ TEST(SposSupernet, TrainsUnderABudgetAndTmaBitForBit) {
                 static_cast<unsigned long long>(got.evict.recomputes), static_cast<unsigned long long>(got.tma.hits));
     EXPECT_LE(got.peak, ev.budget_bytes);
     EXPECT_GT(got.evict.evict_drop + got.evict.evict_swap, 0u);
-    if (tma) EXPECT_GT(got.tma.hits, 0u);
+    if (tma) {
+      EXPECT_GT(got.tma.hits, 0u);
+    }
     EXPECT_EQ(got.losses, ref.losses);
     EXPECT_EQ(got.weights, ref.weights);
   }

@@ -84,7 +84,7 @@ struct DataParallelOptions {
   // broadcast and not all-reduced; finish() divides their gradients by the number of
   // ranks, since each already sums what every rank's loss sent it, and each rank's loss
   // is the mean over its own share of the batch.
-  TensorList local;
+  TensorList local = {};
 };
 
 // DataParallelFigures: totals since creation.
