@@ -655,8 +655,8 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
       t.work = work;
       if (observer_ && !recomputing) {
         t.op = path->op;
-        t.in.assign(in_d.begin(), in_d.end());
-        t.out.assign(out_d.begin(), out_d.end());
+        t.in = std::move(in_d);  // not read again below
+        t.out = std::move(out_d);
         last_timer_ = timer;
       }
     }
@@ -706,7 +706,9 @@ void Executor::collect_timers(bool wait) {
 // every run measured so far; else, before any, at 1 microsecond per 1000 units (1 GFLOP/s,
 // the reproducible mode's rate). The table is cleared when it holds kMaxOpTimes keys (a
 // model whose shapes never repeat). Host devices time ops with the host clock and never
-// use it.
+// use it. The one ratio is deliberately cruder than DTP's fitted Rates (partition/cost.h):
+// it serves only until each key's own time arrives, mostly within the first iteration,
+// and the executor runs without DTP.
 uint64_t Executor::op_time_key(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs) {
   size_t h = absl::HashOf(reinterpret_cast<uintptr_t>(op.name()), ins.size());
   for (const TensorView& v : ins) h = absl::HashOf(h, v.desc->shape, static_cast<int>(v.desc->dtype));
