@@ -1,10 +1,16 @@
 // Tests of batch_norm: training (batch statistics) and eval (running statistics) forward
 // against a double reference, gradients of x, gamma and beta against finite differences,
 // the in-place running-statistics update against PyTorch's rule, precision with a large
-// mean, determinism across thread counts, and shape errors.
+// mean, determinism across thread counts (synchronised batch norm's kernels too), and
+// shape errors.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 
+#include "autograd.h"
+#include "dist/sync_batch_norm.h"
 #include "gtest/gtest.h"
 #include "mtc/ops.h"
 #include "op_check.h"
@@ -152,23 +158,34 @@ TEST(BatchNorm, LargeMeanKeepsPrecision) {
   std::printf("  mean 1000, std 0.007: max |mtc - ref| = %.3g (tol 1e-2)\n", max_err);
 }
 
+// x of 51,200 values, above the kernels' grain (kParallelGrain, 32,768), so two threads
+// split the channels.
+constexpr int64_t kThreadN = 8, kThreadC = 16, kThreadHw = 20;
+
+// threaded_runtime: a runtime of 256 MiB whose kernels run on `threads` threads.
+absl::StatusOr<std::unique_ptr<Runtime>> threaded_runtime(int threads) {
+  RuntimeOptions o;
+  o.memory_bytes = size_t{256} << 20;
+  o.num_threads = threads;
+  auto rt = Runtime::create(o);
+  EXPECT_TRUE(rt.ok());
+  return rt;
+}
+
 TEST(BatchNorm, BitIdenticalAcrossThreadCounts) {
-  std::vector<float> xv(8 * 16 * 10 * 10), dyv(xv.size());
+  const Shape shape{kThreadN, kThreadC, kThreadHw, kThreadHw};
+  std::vector<float> xv(numel(shape)), dyv(xv.size());
   for (size_t i = 0; i < xv.size(); ++i) {
     xv[i] = std::sin(0.37f * i) + 0.5f;
     dyv[i] = std::cos(0.19f * i);
   }
   auto run = [&](int threads) {
-    RuntimeOptions o;
-    o.memory_bytes = size_t{256} << 20;
-    o.num_threads = threads;
-    auto rt = Runtime::create(o);
-    EXPECT_TRUE(rt.ok());
-    Tensor x = from_vector({8, 16, 10, 10}, xv).set_requires_grad(true);
-    Tensor gamma = full({16}, 1.5f).set_requires_grad(true), beta = zeros({16}).set_requires_grad(true);
-    Tensor rm = zeros({16}), rv = ones({16});
+    auto rt = threaded_runtime(threads);
+    Tensor x = from_vector(shape, xv).set_requires_grad(true);
+    Tensor gamma = full({kThreadC}, 1.5f).set_requires_grad(true), beta = zeros({kThreadC}).set_requires_grad(true);
+    Tensor rm = zeros({kThreadC}), rv = ones({kThreadC});
     Tensor y = batch_norm(x, gamma, beta, rm, rv, true);
-    EXPECT_TRUE(sum(mul(y, from_vector({8, 16, 10, 10}, dyv))).backward().ok());
+    EXPECT_TRUE(sum(mul(y, from_vector(shape, dyv))).backward().ok());
     return std::vector<std::vector<float>>{*y.to_vector(), *x.grad().to_vector(), *gamma.grad().to_vector(),
                                            *beta.grad().to_vector(), *rv.to_vector()};
   };
@@ -177,6 +194,50 @@ TEST(BatchNorm, BitIdenticalAcrossThreadCounts) {
     EXPECT_EQ(0, std::memcmp(one[k].data(), two[k].data(), one[k].size() * sizeof(float))) << "output " << k;
     EXPECT_EQ(0, std::memcmp(two[k].data(), two_again[k].data(), two[k].size() * sizeof(float))) << "output " << k;
   }
+}
+
+// Synchronised batch norm's four CPU kernels (bn_stats, sync_batch_norm and, backward,
+// bn_grad_sums and sync_batch_norm_backward) issued without a communicator, as on one
+// rank: bit for bit the same at 1 and 2 threads, and batch_norm's figures within float
+// rounding (their sums run in another order).
+TEST(SyncBatchNormOps, BitIdenticalAcrossThreadCountsAndNearBatchNorm) {
+  const Shape shape{kThreadN, kThreadC, kThreadHw, kThreadHw};
+  std::vector<float> xv(numel(shape)), dyv(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) {
+    xv[i] = 0.8f * std::sin(0.37f * i) + 0.01f * static_cast<float>(i % 97);
+    dyv[i] = std::cos(0.19f * i);
+  }
+  auto run = [&](int threads, bool sync) {
+    auto rt = threaded_runtime(threads);
+    Tensor x = from_vector(shape, xv).set_requires_grad(true);
+    std::vector<float> gv(kThreadC);
+    for (int64_t c = 0; c < kThreadC; ++c) gv[c] = 0.5f + 0.1f * static_cast<float>(c);
+    Tensor gamma = from_vector({kThreadC}, gv).set_requires_grad(true);
+    Tensor beta = full({kThreadC}, 0.25f).set_requires_grad(true);
+    Tensor rm = zeros({kThreadC}), rv = ones({kThreadC});
+    Tensor y;
+    if (sync) {
+      Tensor st = call1(std::make_shared<dist::BnStatsOp>(), {x});
+      y = call(std::make_shared<dist::SyncBatchNormOp>(0.1f, 1e-5f, true), std::vector<Tensor>{x, gamma, beta, st, rm, rv})[0];
+    } else {
+      y = batch_norm(x, gamma, beta, rm, rv, true);
+    }
+    EXPECT_TRUE(sum(mul(y, from_vector(shape, dyv))).backward().ok());
+    return std::vector<std::vector<float>>{*y.to_vector(),            *x.grad().to_vector(), *gamma.grad().to_vector(),
+                                           *beta.grad().to_vector(), *rm.to_vector(),       *rv.to_vector()};
+  };
+  const char* names[] = {"y", "dx", "dgamma", "dbeta", "running_mean", "running_var"};
+  auto one = run(1, true), two = run(2, true), plain = run(1, false);
+  double worst = 0;
+  for (size_t k = 0; k < one.size(); ++k) {
+    EXPECT_EQ(0, std::memcmp(one[k].data(), two[k].data(), one[k].size() * sizeof(float))) << names[k];
+    for (size_t i = 0; i < one[k].size(); ++i) {
+      const double err = std::fabs(one[k][i] - plain[k][i]) / (1 + std::fabs(plain[k][i]));
+      worst = std::max(worst, err);
+      ASSERT_LT(err, 1e-4) << names[k] << " element " << i << ": " << one[k][i] << " against " << plain[k][i];
+    }
+  }
+  std::printf("  sync ops against batch_norm: largest relative difference %.3g (tol 1e-4)\n", worst);
 }
 
 TEST(BatchNorm, ShapeErrors) {

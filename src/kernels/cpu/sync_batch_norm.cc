@@ -2,9 +2,18 @@
 // as (N, C, S); threads split the channels, and each channel's sums run in an order fixed
 // by the shape (bn_sums.h), so results do not depend on the thread count: the statistics
 // in double lanes (RawMoments), the gradient sums as batch_norm_backward's (PairSums).
+//
+// Each pass walks a thread's channels in memory order, sample by sample (for_planes),
+// not channel by channel as batch_norm's fused kernels do. Those read a channel's planes
+// a second time while they are in cache; here an all-reduce separates the two passes, so
+// each pass reads x from memory, and a walk in address order streams where a walk over
+// one channel's planes, C planes apart, does not (docs/data-parallel.md measures both).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
+
+#include <omp.h>
 
 #include "absl/strings/str_cat.h"
 #include "dist/sync_batch_norm.h"
@@ -15,6 +24,20 @@ namespace mtc::cpu {
 namespace {
 
 using Layout = NCS;
+
+// for_planes: f(i, ch) for every plane of x, sample by sample; threads take a block of
+// channels each. A channel's planes come in the order of i on every thread count.
+template <typename F>
+void for_planes(const Layout& l, bool parallel, F&& f) {
+#pragma omp parallel if (parallel)
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t c0 = l.c * t / threads, c1 = l.c * (t + 1) / threads;
+    for (int64_t i = 0; i < l.n; ++i) {
+      for (int64_t ch = c0; ch < c1; ++ch) f(i, ch);
+    }
+  }
+}
 
 // split: v as two floats whose sum is v to about double precision.
 void split(double v, float* hi, float* lo) {
@@ -29,12 +52,11 @@ absl::Status bn_stats(const dist::BnStatsOp&, const KernelArgs& a) {
   const float* x = a.in[0].f32();
   float* st = a.out[0].f32();
   const Layout l(a.in[0].shape());
-#pragma omp parallel for if (a.in[0].numel() > kParallelGrain)
+  std::vector<RawMoments> m(static_cast<size_t>(l.c));
+  for_planes(l, a.in[0].numel() > kParallelGrain, [&](int64_t i, int64_t ch) { m[ch].add(x + l.plane(i, ch), l.s); });
   for (int64_t ch = 0; ch < l.c; ++ch) {
-    RawMoments m;
-    for (int64_t i = 0; i < l.n; ++i) m.add(x + l.plane(i, ch), l.s);
-    split(m.sum(), &st[0 * l.c + ch], &st[1 * l.c + ch]);
-    split(m.sumsq(), &st[2 * l.c + ch], &st[3 * l.c + ch]);
+    split(m[ch].sum(), &st[0 * l.c + ch], &st[1 * l.c + ch]);
+    split(m[ch].sumsq(), &st[2 * l.c + ch], &st[3 * l.c + ch]);
     st[4 * l.c + ch] = static_cast<float>(l.n * l.s);
   }
   return absl::OkStatus();
@@ -57,7 +79,7 @@ absl::Status sync_batch_norm(const dist::SyncBatchNormOp& op, const KernelArgs& 
                                                      " values over all ranks, expected more than 1"));
     }
   }
-#pragma omp parallel for if (a.in[0].numel() > kParallelGrain)
+  std::vector<float> scale(static_cast<size_t>(l.c)), shift(static_cast<size_t>(l.c));
   for (int64_t ch = 0; ch < l.c; ++ch) {
     const double n = st[4 * l.c + ch];
     const double mean = joined(st, l.c, 0, ch) / n;
@@ -65,13 +87,8 @@ absl::Status sync_batch_norm(const dist::SyncBatchNormOp& op, const KernelArgs& 
     const double invstd = 1.0 / std::sqrt(var + op.eps);
     mean_out[ch] = static_cast<float>(mean);
     invstd_out[ch] = static_cast<float>(invstd);
-    const float k = static_cast<float>(invstd) * gamma[ch];
-    const float b = beta[ch] - static_cast<float>(mean) * k;
-    for (int64_t i = 0; i < l.n; ++i) {
-      const int64_t o = l.plane(i, ch);
-#pragma omp simd
-      for (int64_t j = 0; j < l.s; ++j) y[o + j] = x[o + j] * k + b;
-    }
+    scale[ch] = static_cast<float>(invstd) * gamma[ch];
+    shift[ch] = beta[ch] - static_cast<float>(mean) * scale[ch];
     if (update) {
       float* rm = a.in[4].f32();
       float* rv = a.in[5].f32();
@@ -79,6 +96,12 @@ absl::Status sync_batch_norm(const dist::SyncBatchNormOp& op, const KernelArgs& 
       rv[ch] = static_cast<float>((1.0 - op.momentum) * rv[ch] + op.momentum * var * n / (n - 1));
     }
   }
+  for_planes(l, a.in[0].numel() > kParallelGrain, [&](int64_t i, int64_t ch) {
+    const int64_t o = l.plane(i, ch);
+    const float k = scale[ch], b = shift[ch];
+#pragma omp simd
+    for (int64_t j = 0; j < l.s; ++j) y[o + j] = x[o + j] * k + b;
+  });
   return absl::OkStatus();
 }
 
@@ -88,13 +111,14 @@ absl::Status bn_grad_sums(const dist::BnGradSumsOp&, const KernelArgs& a) {
   const float* dy = a.in[2].f32();
   float* sums = a.out[0].f32();
   const Layout l(a.in[0].shape());
-#pragma omp parallel for if (a.in[0].numel() > kParallelGrain)
+  std::vector<PairSums> s(static_cast<size_t>(l.c));
+  for_planes(l, a.in[0].numel() > kParallelGrain, [&](int64_t i, int64_t ch) {
+    add_grad_sums(x + l.plane(i, ch), dy + l.plane(i, ch), l.s, mean[ch], s[ch]);
+  });
   for (int64_t ch = 0; ch < l.c; ++ch) {
-    PairSums s;
-    for (int64_t i = 0; i < l.n; ++i) add_grad_sums(x + l.plane(i, ch), dy + l.plane(i, ch), l.s, mean[ch], s);
-    s.flush();
-    split(s.total_a, &sums[0 * l.c + ch], &sums[1 * l.c + ch]);
-    split(s.total_b, &sums[2 * l.c + ch], &sums[3 * l.c + ch]);
+    s[ch].flush();
+    split(s[ch].total_a, &sums[0 * l.c + ch], &sums[1 * l.c + ch]);
+    split(s[ch].total_b, &sums[2 * l.c + ch], &sums[3 * l.c + ch]);
   }
   return absl::OkStatus();
 }
@@ -117,22 +141,23 @@ absl::Status sync_batch_norm_backward(const dist::SyncBatchNormBackwardOp&, cons
   float* dgamma = a.out[1].f32();
   float* dbeta = a.out[2].f32();
   const Layout l(a.in[0].shape());
-#pragma omp parallel for if (a.in[0].numel() > kParallelGrain)
+  std::vector<float> pf(static_cast<size_t>(l.c)), qf(static_cast<size_t>(l.c)), rf(static_cast<size_t>(l.c));
   for (int64_t ch = 0; ch < l.c; ++ch) {
     const double n = st[4 * l.c + ch];
     const double is = invstd[ch];
     dbeta[ch] = static_cast<float>(joined(local, l.c, 0, ch));
     dgamma[ch] = static_cast<float>(joined(local, l.c, 2, ch) * is);
     const double p = gamma[ch] * is;
-    const double q = -p * is * is * joined(global, l.c, 2, ch) / n;
-    const double r = -p * joined(global, l.c, 0, ch) / n;
-    const float pf = static_cast<float>(p), qf = static_cast<float>(q), rf = static_cast<float>(r), mf = mean[ch];
-    for (int64_t i = 0; i < l.n; ++i) {
-      const int64_t o = l.plane(i, ch);
-#pragma omp simd
-      for (int64_t j = 0; j < l.s; ++j) dx[o + j] = dy[o + j] * pf + (x[o + j] - mf) * qf + rf;
-    }
+    pf[ch] = static_cast<float>(p);
+    qf[ch] = static_cast<float>(-p * is * is * joined(global, l.c, 2, ch) / n);
+    rf[ch] = static_cast<float>(-p * joined(global, l.c, 0, ch) / n);
   }
+  for_planes(l, a.in[0].numel() > kParallelGrain, [&](int64_t i, int64_t ch) {
+    const int64_t o = l.plane(i, ch);
+    const float p = pf[ch], q = qf[ch], r = rf[ch], m = mean[ch];
+#pragma omp simd
+    for (int64_t j = 0; j < l.s; ++j) dx[o + j] = dy[o + j] * p + (x[o + j] - m) * q + r;
+  });
   return absl::OkStatus();
 }
 
