@@ -59,6 +59,23 @@ class Work {
   virtual bool interval(TimePoint* start, TimePoint* end) const { return false; }
 };
 
+// WaitsAtOnce: while one lives, this thread promises to wait() for every Work it issues
+// before it issues anything else (the collective ops' kernels do). A host backend then
+// queues the call without waking its comm thread when nothing is queued or running: the
+// wait runs it on this thread (Note [Waiting at once], comm/host.cc). A call nobody waits
+// for would run only when the comm thread wakes for another one.
+class WaitsAtOnce {
+ public:
+  WaitsAtOnce();
+  ~WaitsAtOnce();
+  WaitsAtOnce(const WaitsAtOnce&) = delete;
+  WaitsAtOnce& operator=(const WaitsAtOnce&) = delete;
+  static bool active();  // on this thread
+
+ private:
+  bool prev_;
+};
+
 struct CommOptions {
   // kLocal needs world size 1. kMpi needs the process started by mpirun (or a build
   // with MPI and a world of one). kNccl needs CUDA, NCCL and, for more than one rank,

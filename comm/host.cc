@@ -8,7 +8,16 @@
 
 #include "comm/internal.h"
 
-namespace mtc::comm::internal {
+namespace mtc::comm {
+namespace {
+thread_local bool tls_waits_at_once = false;
+}  // namespace
+
+WaitsAtOnce::WaitsAtOnce() : prev_(std::exchange(tls_waits_at_once, true)) {}
+WaitsAtOnce::~WaitsAtOnce() { tls_waits_at_once = prev_; }
+bool WaitsAtOnce::active() { return tls_waits_at_once; }
+
+namespace internal {
 
 absl::Status HostWork::wait() {
   std::shared_ptr<CommThread::Queue> q;
@@ -77,14 +86,28 @@ CommThread::~CommThread() {
   thread_.join();
 }
 
-uint64_t CommThread::post(std::function<void()> task) {
+// Note [Waiting at once]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A collective op's kernel issues its call and waits for it at once, and the wait runs the
+// call on the kernel's thread when the comm thread has not taken it (run_if_next). The
+// comm thread, woken by the post, then finds the queue empty or busy and sleeps again: a
+// wake-up for nothing on every call, a core taken for a few microseconds where every core
+// runs a rank, and a race the comm thread sometimes wins, handing the call over twice.
+// So under comm::WaitsAtOnce a call posted to an idle queue does not wake the comm thread,
+// and run_if_next wakes it afterwards only when something was queued meanwhile. A post to a
+// queue with a task queued or running never needs to: whichever thread runs that task
+// reaches this one after it (the comm thread's loop, or run_if_next's wake at its end).
+uint64_t CommThread::post(std::function<void()> task, bool wake) {
   uint64_t ticket;
   {
     std::lock_guard<std::mutex> lock(q_->mu);
+    // Note [Waiting at once]. With a task queued or running, the comm thread is awake or
+    // will be woken when that one ends (by run_if_next), and reaches this task after it.
+    wake = wake && !q_->busy && q_->tasks.empty();
     ticket = q_->next_ticket++;
     q_->tasks.emplace_back(ticket, std::move(task));
   }
-  q_->cv.notify_one();
+  if (wake) q_->cv.notify_one();
   return ticket;
 }
 
@@ -98,11 +121,15 @@ bool CommThread::run_if_next(Queue& q, uint64_t ticket) {
     q.busy = true;
   }
   task();
+  bool more;
   {
     std::lock_guard<std::mutex> lock(q.mu);
     q.busy = false;
+    more = q.stop || !q.tasks.empty();
   }
-  q.cv.notify_all();  // the comm thread, for what was queued meanwhile (or the destructor's drain)
+  // The comm thread, for what was queued meanwhile (posts while busy do not wake it) or
+  // the destructor's drain; with neither it would wake for nothing.
+  if (more) q.cv.notify_all();
   return true;
 }
 
@@ -141,12 +168,14 @@ std::shared_ptr<Work> HostQueue::issue(Call c) {
   // turn in the exchange, so that every rank fails it instead of waiting for this one.
   if (!local.ok() && !check_on_) return std::make_shared<HostWork>(std::move(local));
   auto work = std::make_shared<HostWork>();
-  const uint64_t ticket = thread_.post([this, work, c = std::move(c), local = std::move(local)] {
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status s = check_on_ ? check_call(check_.get(), c, local, rank_, world_) : absl::OkStatus();
-    if (s.ok()) s = run_(c);
-    work->finish(std::move(s), start);
-  });
+  const uint64_t ticket = thread_.post(
+      [this, work, c = std::move(c), local = std::move(local)] {
+        const auto start = std::chrono::steady_clock::now();
+        absl::Status s = check_on_ ? check_call(check_.get(), c, local, rank_, world_) : absl::OkStatus();
+        if (s.ok()) s = run_(c);
+        work->finish(std::move(s), start);
+      },
+      /*wake=*/!WaitsAtOnce::active());
   work->bind(thread_.queue(), ticket);
   return work;
 }
@@ -224,4 +253,5 @@ std::shared_ptr<Work> CallCommunicator::barrier() {
   return issue(std::move(c));
 }
 
-}  // namespace mtc::comm::internal
+}  // namespace internal
+}  // namespace mtc::comm

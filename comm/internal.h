@@ -125,7 +125,8 @@ void divide(void* buf, size_t count, DataType t, int divisor);
 // when the thread is idle and a task is the next to run, on the thread that waits for it
 // (run_if_next): a caller that blocks on a collective at once (the collective ops'
 // kernels) then runs it without two hand-overs between threads, which cost about 0.1 ms
-// per call on a loaded machine against a few us for a small all-reduce itself. The
+// per call on a loaded machine against a few us for a small all-reduce itself; such a
+// caller posts without waking the comm thread at all (Note [Waiting at once]). The
 // destructor runs what is still queued and then joins: every rank expects this rank to
 // take part in the collectives it issued.
 class CommThread {
@@ -144,8 +145,9 @@ class CommThread {
   ~CommThread();
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
-  // post: queues `task`; returns its ticket.
-  uint64_t post(std::function<void()> task);
+  // post: queues `task`; returns its ticket. wake false: the caller waits at once and so
+  // runs the task itself, and the comm thread is not woken for it (Note [Waiting at once]).
+  uint64_t post(std::function<void()> task, bool wake = true);
   const std::shared_ptr<Queue>& queue() const { return q_; }
   // run_if_next: runs the task of `ticket` on the calling thread when it is the first
   // queued and no task is running; false (nothing run) otherwise.

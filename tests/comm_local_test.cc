@@ -190,6 +190,20 @@ TEST(CommLocal, UnknownBackend) {
   EXPECT_EQ(c.status().message(), "comm: unknown backend 7 (built: " + built_backends() + ")");
 }
 
+// expect_posting_order: `order` holds 0 .. n-1, each once, in that order.
+void expect_posting_order(const std::vector<int>& order, int n) {
+  ASSERT_EQ(order.size(), static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) EXPECT_EQ(order[k], k);
+}
+
+// drain: returns once `t` has run everything posted before, through a task that wakes it.
+void drain(internal::CommThread& t) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> all = done->get_future();
+  t.post([done] { done->set_value(); });
+  all.wait();
+}
+
 // A task posted to an idle comm thread, with nothing ahead of it, runs on the thread that
 // asks for it (run_if_next true); otherwise (the comm thread took it first) it runs on the
 // comm thread. Either way exactly once, one task at a time, in posting order.
@@ -218,8 +232,7 @@ TEST(CommThread, AWaiterRunsTheNextTaskItselfOnlyWhenNothingIsAheadOfIt) {
     inline_runs += here ? 1 : 0;
   }
   EXPECT_EQ(overlaps.load(), 0);
-  ASSERT_EQ(order.size(), 1000u);
-  for (int k = 0; k < 1000; ++k) EXPECT_EQ(order[k], k);
+  expect_posting_order(order, 1000);
   // The comm thread sleeps between tasks and is woken by each post: the waiter, already
   // running, gets to nearly every task first (all of them on an idle machine).
   EXPECT_GT(inline_runs, 0);
@@ -249,11 +262,64 @@ TEST(CommThread, AWaiterNeverOvertakesARunningOrEarlierTask) {
   EXPECT_FALSE(internal::CommThread::run_if_next(*t.queue(), t1));  // a task is running
   EXPECT_FALSE(internal::CommThread::run_if_next(*t.queue(), t2));  // and t1 is ahead of it
   release.set_value();
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> all = done->get_future();
-  t.post([done] { done->set_value(); });
-  all.wait();
+  drain(t);
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+}
+
+// A task posted without a wake (comm::WaitsAtOnce) to an idle comm thread is left to its
+// waiter: the comm thread stays asleep, and run_if_next runs the task here. Nor does an
+// inline run with nothing queued behind it wake the comm thread at its end. (A post that
+// wakes it has it run the task at once: the first check fails if wake is ignored.)
+TEST(CommThread, APostWithoutAWakeLeavesTheCommThreadAsleep) {
+  internal::CommThread t("mtc-test-comm");
+  drain(t);
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));  // back in its wait
+  const std::thread::id me = std::this_thread::get_id();
+  for (int k = 0; k < 5; ++k) {
+    std::atomic<bool> ran{false};
+    std::thread::id where;
+    const uint64_t ticket = t.post(
+        [&] {
+          where = std::this_thread::get_id();
+          ran = true;
+        },
+        /*wake=*/false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(ran.load()) << "post " << k << ": the comm thread ran a task posted without a wake";
+    if (!ran.load()) {
+      EXPECT_TRUE(internal::CommThread::run_if_next(*t.queue(), ticket)) << "post " << k;
+      EXPECT_EQ(where, me) << "post " << k;
+    }
+  }
+}
+
+// A post without a wake behind a running task, its waiter not asking for it, still runs:
+// the comm thread takes it when the running one ends. The same behind a task a waiter
+// runs: run_if_next wakes the comm thread at its end for what was queued meanwhile.
+TEST(CommThread, APostWithoutAWakeBehindAnotherTaskRunsWithoutItsWaiter) {
+  internal::CommThread t("mtc-test-comm");
+  for (const bool ahead_inline : {false, true}) {
+    std::promise<void> release, started;
+    std::shared_future<void> go = release.get_future().share();
+    auto ran = std::make_shared<std::promise<void>>();
+    std::future<void> second = ran->get_future();
+    const uint64_t first = t.post(
+        [&started, go] {
+          started.set_value();
+          go.wait();
+        },
+        /*wake=*/!ahead_inline);
+    std::thread runner;
+    if (ahead_inline) {
+      runner = std::thread([&] { internal::CommThread::run_if_next(*t.queue(), first); });
+    }
+    started.get_future().wait();  // the first task is running, on one thread or the other
+    t.post([ran] { ran->set_value(); }, /*wake=*/false);
+    release.set_value();
+    EXPECT_EQ(second.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+        << (ahead_inline ? "behind a task its waiter ran" : "behind a task the comm thread ran");
+    if (runner.joinable()) runner.join();
+  }
 }
 
 TEST(CommLocalDeathTest, AbortJobPrintsAndExits) {

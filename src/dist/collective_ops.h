@@ -25,6 +25,19 @@ absl::StatusOr<comm::DataType> to_comm(DType t);
 // comm track) when the backend can say when that was.
 absl::Status wait(comm::Work& w, const char* name, size_t bytes, KernelContext& ctx);
 
+// issue_and_wait: `issue()` starts a collective (returns its Work), which is then waited
+// for (as wait above) before anything else is issued: the promise of comm::WaitsAtOnce,
+// under which a host backend runs it on this thread without waking its comm thread.
+template <typename Issue>
+absl::Status issue_and_wait(Issue issue, const char* name, size_t bytes, KernelContext& ctx) {
+  std::shared_ptr<comm::Work> work;
+  {
+    comm::WaitsAtOnce promise;
+    work = issue();
+  }
+  return wait(*work, name, bytes, ctx);
+}
+
 // CollectiveOp: what every collective op shares: its communicator.
 struct CollectiveOp : OpDef {
   explicit CollectiveOp(CommPtr c) : comm(std::move(c)) {}

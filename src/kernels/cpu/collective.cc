@@ -14,6 +14,7 @@ namespace mtc::cpu {
 namespace {
 
 using dist::CollectiveOp;
+using dist::to_comm;
 
 // host_comm: the op's communicator, which must work on host memory.
 absl::Status host_comm(const CollectiveOp& op) {
@@ -29,22 +30,23 @@ absl::StatusOr<comm::DataType> type_of(const TensorView& v) { return dist::to_co
 absl::Status all_reduce(const dist::AllReduceOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
-  return dist::wait(*op.comm->all_reduce(a.in[0].data, a.out[0].data, a.in[0].numel(), t, dist::to_comm(op.reduce)),
-                    "all_reduce", a.in[0].bytes(), a.ctx);
+  return dist::issue_and_wait(
+      [&] { return op.comm->all_reduce(a.in[0].data, a.out[0].data, a.in[0].numel(), t, to_comm(op.reduce)); },
+      "all_reduce", a.in[0].bytes(), a.ctx);
 }
 
 absl::Status all_gather(const dist::AllGatherOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
-  return dist::wait(*op.comm->all_gather(a.in[0].data, a.out[0].data, a.in[0].numel(), t), "all_gather",
-                    a.in[0].bytes(), a.ctx);
+  return dist::issue_and_wait([&] { return op.comm->all_gather(a.in[0].data, a.out[0].data, a.in[0].numel(), t); },
+                              "all_gather", a.in[0].bytes(), a.ctx);
 }
 
 absl::Status reduce_scatter(const dist::ReduceScatterOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
-  return dist::wait(
-      *op.comm->reduce_scatter(a.in[0].data, a.out[0].data, a.out[0].numel(), t, dist::to_comm(op.reduce)),
+  return dist::issue_and_wait(
+      [&] { return op.comm->reduce_scatter(a.in[0].data, a.out[0].data, a.out[0].numel(), t, to_comm(op.reduce)); },
       "reduce_scatter", a.in[0].bytes(), a.ctx);
 }
 
@@ -53,32 +55,33 @@ absl::Status all_to_all(const dist::AllToAllOp& op, const KernelArgs& a) {
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
   const int p = op.comm->world_size();
   if (op.send_rows.empty()) {
-    return dist::wait(*op.comm->all_to_all(a.in[0].data, a.out[0].data, a.in[0].numel() / p, t), "all_to_all",
-                      a.in[0].bytes(), a.ctx);
+    return dist::issue_and_wait(
+        [&] { return op.comm->all_to_all(a.in[0].data, a.out[0].data, a.in[0].numel() / p, t); }, "all_to_all",
+        a.in[0].bytes(), a.ctx);
   }
   std::vector<size_t> send, recv;
   op.element_counts(a.in[0], a.out[0], send, recv);
-  return dist::wait(*op.comm->all_to_all_v(a.in[0].data, send, a.out[0].data, recv, t), "all_to_all_v",
-                    a.in[0].bytes(), a.ctx);
+  return dist::issue_and_wait([&] { return op.comm->all_to_all_v(a.in[0].data, send, a.out[0].data, recv, t); },
+                              "all_to_all_v", a.in[0].bytes(), a.ctx);
 }
 
 absl::Status broadcast(const dist::BroadcastOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
   if (op.comm->rank() == op.root) std::memcpy(a.out[0].data, a.in[0].data, a.in[0].bytes());
-  return dist::wait(*op.comm->broadcast(a.out[0].data, a.out[0].numel(), t, op.root), "broadcast", a.out[0].bytes(),
-                    a.ctx);
+  return dist::issue_and_wait([&] { return op.comm->broadcast(a.out[0].data, a.out[0].numel(), t, op.root); },
+                              "broadcast", a.out[0].bytes(), a.ctx);
 }
 
 absl::Status broadcast_in_place(const dist::BroadcastInPlaceOp& op, const KernelArgs& a) {
   MTC_RETURN_IF_ERROR(host_comm(op));
   MTC_ASSIGN_OR_RETURN(comm::DataType t, type_of(a.in[0]));
-  return dist::wait(*op.comm->broadcast(a.in[0].data, a.in[0].numel(), t, op.root), "broadcast", a.in[0].bytes(),
-                    a.ctx);
+  return dist::issue_and_wait([&] { return op.comm->broadcast(a.in[0].data, a.in[0].numel(), t, op.root); },
+                              "broadcast", a.in[0].bytes(), a.ctx);
 }
 
 absl::Status barrier(const dist::BarrierOp& op, const KernelArgs& a) {
-  return dist::wait(*op.comm->barrier(), "barrier", 0, a.ctx);
+  return dist::issue_and_wait([&] { return op.comm->barrier(); }, "barrier", 0, a.ctx);
 }
 
 absl::Status max_grad_mask(const dist::MaxGradMaskOp&, const KernelArgs& a) {

@@ -40,7 +40,7 @@ absl::Status convert(const dist::ConvertOp& op, const KernelArgs& a) {
   for (const auto& z : k.zero) std::memset(k.at(Buffer::kScratch, z.at), 0, z.count * es);
   size_t sent = k.count;
   for (size_t n : k.send_counts) sent += n;
-  MTC_RETURN_IF_ERROR(dist::wait(*k.issue(c), "convert", sent * es, a.ctx));
+  MTC_RETURN_IF_ERROR(dist::issue_and_wait([&] { return k.issue(c); }, "convert", sent * es, a.ctx));
   for (const auto& cp : k.unpack) run(cp);
   return absl::OkStatus();
 }
