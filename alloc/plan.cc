@@ -1080,7 +1080,7 @@ class Baton {
     std::lock_guard<std::mutex> lock(mu_);
     return !search_turn_;
   }
-  // Scheduler, after wait(): whether the search has ended.
+  // Scheduler, once paused(): whether the search has ended.
   bool ended() {
     std::lock_guard<std::mutex> lock(mu_);
     return ended_;
