@@ -12,7 +12,17 @@
 #include "absl/strings/str_format.h"
 #include "mtc/status.h"
 
-namespace mtc::evict {
+namespace mtc {
+
+void HostBytesFree::operator()(std::byte* p) const {
+  if (host != nullptr) {
+    host->free_host(p);
+  } else {
+    delete[] p;
+  }
+}
+
+namespace evict {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -30,7 +40,7 @@ Engine::Engine(Host& host, const EngineOptions& o)
     bytes_per_us_ = 1e4;  // 10 GB/s
   } else if (opts_.policy != EvictPolicy::kNone || o.trace) {
     measure_bandwidth();
-    refine_gamma_ = true;
+    refine_gamma_ = !host_.copies_async();  // an asynchronous copy's host time is not its cost
   }
 }
 
@@ -191,15 +201,17 @@ absl::Status Engine::swap_out(TensorRecord& r) {
   if (simulate_) {
     stats_.swap_us += static_cast<double>(bytes) / bytes_per_us_;
   } else {
-    std::unique_ptr<std::byte[]> host = take_host_buffer(bytes);
-    if (absl::Status st = host_.copy_to_host(host.get(), host_.data(r), bytes); !st.ok()) {
+    HostBytes host = take_host_buffer(bytes);
+    if (!host) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot take ", alloc::format_bytes(bytes), " of host memory to swap ", r.desc.str(), " out"));
+    }
+    if (absl::Status st = host_.swap_out(host.get(), host_.data(r), bytes); !st.ok()) {
       give_host_buffer(bytes, std::move(host));
       return st;
     }
     r.host = std::move(host);
-    const double us = us_since(t0);
-    stats_.swap_us += us;
-    note_swap_copy(bytes, us);
+    note_swap_copy(bytes, us_since(t0));
   }
   remove_candidate(r);
   if (r.pin_count > 0) pinned_.sub(r.block.size);  // a waiting pin yielded (Note [Regeneration order])
@@ -213,17 +225,18 @@ absl::Status Engine::swap_out(TensorRecord& r) {
 }
 
 // Host buffers for swapped tensors are kept for reuse: a fresh one costs a page fault
-// per page on first touch, which on the CPU is slower than the copy itself.
-std::unique_ptr<std::byte[]> Engine::take_host_buffer(size_t bytes) {
+// per page on first touch, which on the CPU is slower than the copy itself, and pinning
+// on a GPU costs more. Null when the host has none to give.
+HostBytes Engine::take_host_buffer(size_t bytes) {
   auto it = host_pool_.find(bytes);
-  if (it == host_pool_.end()) return std::make_unique_for_overwrite<std::byte[]>(bytes);
-  std::unique_ptr<std::byte[]> b = std::move(it->second);
+  if (it == host_pool_.end()) return HostBytes(host_.alloc_host(bytes), HostBytesFree{&host_});
+  HostBytes b = std::move(it->second);
   host_pool_.erase(it);
   host_pool_bytes_ -= bytes;
   return b;
 }
 
-void Engine::give_host_buffer(size_t bytes, std::unique_ptr<std::byte[]> b) {
+void Engine::give_host_buffer(size_t bytes, HostBytes b) {
   if (!b) return;
   // Keep at most as much as has been swapped out at once, and no more than 4 GiB.
   const size_t cap = std::min<size_t>(size_t{4} << 30, swapped_high_);
@@ -244,13 +257,26 @@ void Engine::measure_bandwidth() {
   if (bytes < (size_t{64} << 10)) return;
   auto b = host_.compute_region().allocate(bytes);
   if (!b.ok()) return;
-  auto host = std::make_unique<std::byte[]>(bytes);  // zeroed: its pages are touched
   double best = 1e300;
-  if (host_.copy_to_device(host_.compute_ptr(*b), host.get(), bytes).ok()) {
-    for (int i = 0; i < 3; ++i) {
-      const auto t0 = Clock::now();
-      if (!host_.copy_to_host(host.get(), host_.compute_ptr(*b), bytes).ok()) break;
-      best = std::min(best, us_since(t0));
+  if (host_.copies_async()) {
+    // The swaps' own path (pinned memory), each copy waited for: what a swap costs the
+    // kernels queued after it.
+    HostBytes pinned(host_.alloc_host(bytes), HostBytesFree{&host_});
+    if (pinned && host_.swap_in(host_.compute_ptr(*b), pinned.get(), bytes).ok() && host_.synchronize().ok()) {
+      for (int i = 0; i < 3; ++i) {
+        const auto t0 = Clock::now();
+        if (!host_.swap_out(pinned.get(), host_.compute_ptr(*b), bytes).ok() || !host_.synchronize().ok()) break;
+        best = std::min(best, us_since(t0));
+      }
+    }
+  } else {
+    auto host = std::make_unique<std::byte[]>(bytes);  // zeroed: its pages are touched
+    if (host_.copy_to_device(host_.compute_ptr(*b), host.get(), bytes).ok()) {
+      for (int i = 0; i < 3; ++i) {
+        const auto t0 = Clock::now();
+        if (!host_.copy_to_host(host.get(), host_.compute_ptr(*b), bytes).ok()) break;
+        best = std::min(best, us_since(t0));
+      }
     }
   }
   host_.free_compute(*b);
@@ -258,10 +284,14 @@ void Engine::measure_bandwidth() {
   if (best < 1e300 && best > 0) bytes_per_us_ = static_cast<double>(bytes) / best;
 }
 
+// note_swap_copy: a swap's copy of `bytes` that held the host `us`, counted in swap_us.
 // Once real swaps have moved 64 MiB, gamma is their bandwidth: the start-up copy runs on
 // an idle machine from pages just written, while real swaps copy stale tensors between
 // kernels, and on the CPU they measured 2-5 GB/s below the start-up figure.
 void Engine::note_swap_copy(size_t bytes, double us) {
+  // An asynchronous copy (Note [Swaps without waiting], src/kernels/cuda/cuda_device.cc)
+  // costs the kernels after it its transfer at gamma, not the host's time to queue it.
+  stats_.swap_us += host_.copies_async() ? static_cast<double>(bytes) / bytes_per_us_ : us;
   if (!refine_gamma_) return;
   copied_bytes_ += static_cast<double>(bytes);
   copied_us_ += us;
@@ -703,10 +733,8 @@ absl::Status Engine::ensure_resident(TensorRecord& r) {
         stats_.swap_us += static_cast<double>(r.desc.bytes()) / bytes_per_us_;
       } else {
         const auto t0 = Clock::now();
-        MTC_RETURN_IF_ERROR(host_.copy_to_device(host_.compute_ptr(b), r.host.get(), r.desc.bytes()));
-        const double us = us_since(t0);
-        stats_.swap_us += us;
-        note_swap_copy(r.desc.bytes(), us);
+        MTC_RETURN_IF_ERROR(host_.swap_in(host_.compute_ptr(b), r.host.get(), r.desc.bytes()));
+        note_swap_copy(r.desc.bytes(), us_since(t0));
       }
       stats_.swapped_in_bytes += r.desc.bytes();
       swapped_now_ -= r.desc.bytes();
@@ -1030,4 +1058,5 @@ void Engine::cut_producer(TensorRecord& r) {
   }
 }
 
-}  // namespace mtc::evict
+}  // namespace evict
+}  // namespace mtc

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <random>
 #include <span>
 #include <string>
@@ -72,6 +73,14 @@ class Host {
   virtual absl::Status copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  // Swapped tensors' host memory and copies (Device's alloc_host, free_host, swap_out,
+  // swap_in, copies_async, synchronize: src/device.h); never called when simulating.
+  virtual std::byte* alloc_host(size_t bytes) { return new (std::nothrow) std::byte[bytes]; }
+  virtual void free_host(std::byte* p) { delete[] p; }
+  virtual absl::Status swap_out(void* host, const void* src, size_t bytes) { return copy_to_host(host, src, bytes); }
+  virtual absl::Status swap_in(void* dst, const void* host, size_t bytes) { return copy_to_device(dst, host, bytes); }
+  virtual bool copies_async() const { return false; }
+  virtual absl::Status synchronize() { return absl::OkStatus(); }
   // move_compute: live compute-region block b moves to `offset` (the region's and TMA's
   // books, and the bytes unless simulating: the ranges may overlap). Note [Compaction]
   virtual absl::StatusOr<alloc::Block> move_compute(alloc::Block b, size_t offset) = 0;
@@ -261,8 +270,8 @@ class Engine {
   void erase_record(uint64_t id);  // and, in cascade, inputs nothing needs any more
   void measure_bandwidth();
   void note_swap_copy(size_t bytes, double us);
-  std::unique_ptr<std::byte[]> take_host_buffer(size_t bytes);
-  void give_host_buffer(size_t bytes, std::unique_ptr<std::byte[]> b);
+  HostBytes take_host_buffer(size_t bytes);
+  void give_host_buffer(size_t bytes, HostBytes b);
 
   Host& host_;
   EvictOptions opts_;
@@ -284,7 +293,7 @@ class Engine {
   uint64_t next_snapshot_ = 0;
   EvictStats stats_;
   PinnedBytes pinned_;
-  std::multimap<size_t, std::unique_ptr<std::byte[]>> host_pool_;  // Note in take_host_buffer
+  std::multimap<size_t, HostBytes> host_pool_;  // Note in take_host_buffer
   size_t host_pool_bytes_ = 0;
   size_t swapped_now_ = 0, swapped_high_ = 0;  // bytes swapped out at present, at most
 };

@@ -21,6 +21,17 @@
 namespace mtc {
 
 class OpDef;  // src/op_def.h: the engine only keeps it; the executor runs it
+namespace evict {
+class Host;  // evict/engine.h
+}
+
+// HostBytes: host memory holding a swapped tensor's bytes, from Host::alloc_host (pinned
+// on a GPU) and returned to it by free_host (with no Host: new[] and delete[]).
+struct HostBytesFree {
+  evict::Host* host = nullptr;
+  void operator()(std::byte* p) const;  // evict/engine.cc
+};
+using HostBytes = std::unique_ptr<std::byte[], HostBytesFree>;
 
 struct ComputePath {
   std::shared_ptr<const OpDef> op;
@@ -43,7 +54,7 @@ struct TensorRecord {
   StorageState state = StorageState::kMissing;
   alloc::Block block;                     // valid when kResident
   bool in_comm = false;                   // block is in the comm/gradient region (m1)
-  std::unique_ptr<std::byte[]> host;      // valid when kSwapped
+  HostBytes host;                         // valid when kSwapped
   std::shared_ptr<ComputePath> producer;  // null for Put tensors
   std::vector<uint64_t> users;            // live tensors computed from it (DTE's graph)
   bool persistent = false;                // parameters and optimizer state: never evicted

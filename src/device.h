@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,19 @@ class Device {
   virtual absl::Status copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  // Host memory for the bytes of tensors DTE swaps out, and the copies to and from it.
+  // alloc_host: `bytes` of host memory the device copies to and from directly (pinned on
+  // CUDA), or null when none can be had; free_host returns it, once no copy uses it.
+  // swap_out may return before its bytes are on the host (CUDA, copies_async()): the host
+  // must not read them, and every kernel and copy issued afterwards, a later swap_in
+  // from the same memory among them, is ordered after it, so `src` may be reused at once.
+  // When swap_in returns, its host memory may take the next swap_out. Without an override
+  // they are new[], delete[], copy_to_host and copy_to_device.
+  virtual std::byte* alloc_host(size_t bytes) { return new (std::nothrow) std::byte[bytes]; }
+  virtual void free_host(std::byte* p) { delete[] p; }
+  virtual absl::Status swap_out(void* host, const void* src, size_t bytes) { return copy_to_host(host, src, bytes); }
+  virtual absl::Status swap_in(void* dst, const void* host, size_t bytes) { return copy_to_device(dst, host, bytes); }
+  virtual bool copies_async() const { return false; }
   // synchronize: waits for all work issued on this device.
   virtual absl::Status synchronize() = 0;
   // on_worker_start: called on the interpreter's worker thread before its first command

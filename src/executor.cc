@@ -123,6 +123,14 @@ absl::Status Executor::copy_to_host(void* dst, const void* src, size_t bytes) {
   return traced_copy(chrome_.get(), "device to host", [&] { return device_.copy_to_host(dst, src, bytes); });
 }
 
+absl::Status Executor::swap_out(void* host, const void* src, size_t bytes) {
+  return traced_copy(chrome_.get(), "device to host", [&] { return device_.swap_out(host, src, bytes); });
+}
+
+absl::Status Executor::swap_in(void* dst, const void* host, size_t bytes) {
+  return traced_copy(chrome_.get(), "host to device", [&] { return device_.swap_in(dst, host, bytes); });
+}
+
 absl::Status Executor::copy_on_device(void* dst, const void* src, size_t bytes) {
   return traced_copy(chrome_.get(), "on device", [&] { return device_.copy_on_device(dst, src, bytes); });
 }

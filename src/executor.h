@@ -127,6 +127,12 @@ class Executor final : private evict::Host {
   absl::Status copy_to_device(void* dst, const void* src, size_t bytes) override;
   absl::Status copy_to_host(void* dst, const void* src, size_t bytes) override;
   absl::Status copy_on_device(void* dst, const void* src, size_t bytes) override;
+  std::byte* alloc_host(size_t bytes) override { return device_.alloc_host(bytes); }
+  void free_host(std::byte* p) override { device_.free_host(p); }
+  absl::Status swap_out(void* host, const void* src, size_t bytes) override;
+  absl::Status swap_in(void* dst, const void* host, size_t bytes) override;
+  bool copies_async() const override { return device_.copies_async(); }
+  absl::Status synchronize() override { return device_.synchronize(); }
   absl::StatusOr<alloc::Block> move_compute(alloc::Block b, size_t offset) override;
   absl::Status rerun(const std::shared_ptr<ComputePath>& path, std::span<TensorRecord* const> ins,
                      Pins& pins, evict::Rerun& out) override;
