@@ -2,10 +2,14 @@
 // the tensor records it keeps (storage, compute path, users, reference counts) and what
 // Del (with DTE's fake delete) and failures do to them, which evictions count as forced by
 // fragmentation, and compaction when only moving a pinned input makes room; the
-// provisional op times of an asynchronous device.
+// provisional op times of an asynchronous device, and swaps on a device whose copies are
+// queued.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "executor.h"
 #include "gtest/gtest.h"
@@ -306,12 +310,11 @@ TEST(ExecutorEvictions, MovesATensorIntoAnotherSegmentsFreeBlock) {
   }
 }
 
-// An asynchronous device as the executor sees one (Device::async_kernels): the host's
-// memory and kernels, but each op's time arrives only when the test releases it, as a
-// GPU's event times arrive some ops after the op was issued. Timer n measures 100 n us.
-class HeldTimerDevice final : public Device {
+// HostMemoryDevice: a 4 MiB arena in host memory (1 MiB comm, 3 MiB compute) whose copies
+// are memcpy, for the devices below to change one behaviour each.
+class HostMemoryDevice : public Device {
  public:
-  HeldTimerDevice()
+  HostMemoryDevice()
       : Device(DeviceType::kCPU, 0, 1),
         arena_(static_cast<std::byte*>(std::aligned_alloc(4096, size_t{4} << 20)), &std::free) {
     init_regions(arena_.get(), size_t{1} << 20, size_t{3} << 20);
@@ -329,6 +332,16 @@ class HeldTimerDevice final : public Device {
     return absl::OkStatus();
   }
   absl::Status synchronize() override { return absl::OkStatus(); }
+
+ private:
+  std::unique_ptr<std::byte, decltype(&std::free)> arena_;
+};
+
+// An asynchronous device as the executor sees one (Device::async_kernels): the host's
+// memory and kernels, but each op's time arrives only when the test releases it, as a
+// GPU's event times arrive some ops after the op was issued. Timer n measures 100 n us.
+class HeldTimerDevice final : public HostMemoryDevice {
+ public:
   bool async_kernels() const override { return true; }
   uint64_t start_timer() override { return ++next_; }
   void stop_timer(uint64_t id) override { issued_.push_back(id); }
@@ -341,7 +354,6 @@ class HeldTimerDevice final : public Device {
   bool released_ = false;
 
  private:
-  std::unique_ptr<std::byte, decltype(&std::free)> arena_;
   uint64_t next_ = 0;
   std::vector<uint64_t> issued_;
 };
@@ -405,6 +417,89 @@ TEST(ExecutorAsync, OpTimesAreProvisionalUntilTheirTimingsArrive) {
   EXPECT_DOUBLE_EQ(ex.evict_stats().compute_us, 100.0 + 200.0 + 300.0 + 400.0);
   EXPECT_DOUBLE_EQ(us(5), 300.0);
   EXPECT_DOUBLE_EQ(us(6), 400.0);
+}
+
+// A device whose swaps are queued, as Note [Swaps without waiting] has them on a GPU:
+// swap_out takes its source's bytes at once (the kernels after it are ordered after the
+// copy) but writes them into the host memory only when its queue runs (at a swap_in,
+// synchronize or free_host), so an engine that read swapped bytes on the host would read
+// 0xCD. Host memory comes from alloc_host and goes back through free_host, both counted.
+class QueuedSwapDevice final : public HostMemoryDevice {
+ public:
+  std::byte* alloc_host(size_t bytes) override {
+    ++allocs;
+    return new std::byte[bytes];
+  }
+  void free_host(std::byte* p) override {
+    run_queue();
+    ++frees;
+    delete[] p;
+  }
+  absl::Status swap_out(void* host, const void* src, size_t bytes) override {
+    const auto* s = static_cast<const std::byte*>(src);
+    queue_.emplace_back(static_cast<std::byte*>(host), std::vector<std::byte>(s, s + bytes));
+    std::memset(host, 0xCD, bytes);  // what the host holds until the copy runs
+    return absl::OkStatus();
+  }
+  absl::Status swap_in(void* dst, const void* host, size_t bytes) override {
+    run_queue();  // queued behind the swap-outs
+    std::memcpy(dst, host, bytes);
+    return absl::OkStatus();
+  }
+  bool copies_async() const override { return true; }
+  absl::Status synchronize() override {
+    run_queue();
+    return absl::OkStatus();
+  }
+  std::string describe() const override { return "host memory, queued swaps"; }
+  int allocs = 0, frees = 0;
+
+ private:
+  void run_queue() {
+    for (auto& [host, bytes] : queue_) std::memcpy(host, bytes.data(), bytes.size());
+    queue_.clear();
+  }
+  std::vector<std::pair<std::byte*, std::vector<std::byte>>> queue_;
+};
+
+// Swaps on a device whose copies are queued (Device::copies_async): the engine swaps
+// through the device's host memory and copies and never reads the bytes itself, the
+// tensors come back whole, a swap's time is its bytes at gamma (10 GB/s when reproducible),
+// not the host's time to queue it, and every host buffer goes back to the device.
+TEST(ExecutorAsync, QueuedSwapsUseTheDevicesHostMemoryAndCostTheirBytesAtGamma) {
+  QueuedSwapDevice device;
+  {
+    ExecutorOptions eo;
+    eo.evict.policy = EvictPolicy::kMtc;
+    eo.evict.mode = EvictMode::kSwap;
+    eo.evict.reproducible = true;
+    Executor ex(device, eo);
+    const int64_t n = int64_t{1} << 18;  // 1 MiB of f32
+    auto put = [&](uint64_t id) {
+      const TensorDesc desc{{n}, DType::kF32};
+      std::vector<float> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(id * 1000000 + i);
+      Put p{id, desc, std::vector<std::byte>(desc.bytes()), false};
+      std::memcpy(p.data.data(), v.data(), desc.bytes());
+      return ex.execute(p);
+    };
+    // The 3 MiB region holds three: each Put past them swaps one out.
+    for (uint64_t id = 1; id <= 5; ++id) ASSERT_TRUE(put(id).ok()) << id;
+    EXPECT_EQ(ex.evict_stats().evict_swap, 2u);
+    for (uint64_t id = 1; id <= 5; ++id) {
+      std::vector<float> got(n);
+      GetValue g{id, got.data(), got.size() * sizeof(float), nullptr};
+      ASSERT_TRUE(ex.execute(g).ok()) << id;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got[i], static_cast<float>(id * 1000000 + i)) << "tensor " << id << ", value " << i;
+      }
+    }
+    const EvictStats st = ex.evict_stats();
+    EXPECT_GT(st.swapped_in_bytes, 0u);
+    EXPECT_DOUBLE_EQ(st.swap_us, static_cast<double>(st.swapped_out_bytes + st.swapped_in_bytes) / 1e4);
+    EXPECT_GT(device.allocs, 0);
+  }
+  EXPECT_EQ(device.frees, device.allocs);
 }
 
 }  // namespace
