@@ -14,13 +14,7 @@
 
 namespace mtc {
 
-void HostBytesFree::operator()(std::byte* p) const {
-  if (host != nullptr) {
-    host->free_host(p);
-  } else {
-    delete[] p;
-  }
-}
+void HostBytesFree::operator()(std::byte* p) const { host->free_host(p); }
 
 namespace evict {
 namespace {

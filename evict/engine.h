@@ -20,7 +20,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <new>
 #include <random>
 #include <span>
 #include <string>
@@ -73,14 +72,15 @@ class Host {
   virtual absl::Status copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual absl::Status copy_on_device(void* dst, const void* src, size_t bytes) = 0;
-  // Swapped tensors' host memory and copies (Device's alloc_host, free_host, swap_out,
-  // swap_in, copies_async, synchronize: src/device.h); never called when simulating.
-  virtual std::byte* alloc_host(size_t bytes) { return new (std::nothrow) std::byte[bytes]; }
-  virtual void free_host(std::byte* p) { delete[] p; }
-  virtual absl::Status swap_out(void* host, const void* src, size_t bytes) { return copy_to_host(host, src, bytes); }
-  virtual absl::Status swap_in(void* dst, const void* host, size_t bytes) { return copy_to_device(dst, host, bytes); }
-  virtual bool copies_async() const { return false; }
-  virtual absl::Status synchronize() { return absl::OkStatus(); }
+  // Swapped tensors' host memory and copies: the device's alloc_host, free_host,
+  // swap_out, swap_in, copies_async and synchronize (src/device.h); the copies are never
+  // called when simulating.
+  virtual std::byte* alloc_host(size_t bytes) = 0;
+  virtual void free_host(std::byte* p) = 0;
+  virtual absl::Status swap_out(void* host, const void* src, size_t bytes) = 0;
+  virtual absl::Status swap_in(void* dst, const void* host, size_t bytes) = 0;
+  virtual bool copies_async() const = 0;
+  virtual absl::Status synchronize() = 0;
   // move_compute: live compute-region block b moves to `offset` (the region's and TMA's
   // books, and the bytes unless simulating: the ranges may overlap). Note [Compaction]
   virtual absl::StatusOr<alloc::Block> move_compute(alloc::Block b, size_t offset) = 0;

@@ -26,7 +26,7 @@ class Host;  // evict/engine.h
 }
 
 // HostBytes: host memory holding a swapped tensor's bytes, from Host::alloc_host (pinned
-// on a GPU) and returned to it by free_host (with no Host: new[] and delete[]).
+// on a GPU) and returned to the same Host by free_host.
 struct HostBytesFree {
   evict::Host* host = nullptr;
   void operator()(std::byte* p) const;  // evict/engine.cc
