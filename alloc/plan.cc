@@ -1138,6 +1138,19 @@ class Baton {
 // with their targets: the same node counts), each faster: B 0.51 s against 0.64, E 0.96
 // against 1.32, H 0.46 against 1.02 (2026-11-30).
 
+// Note [Counts kept]
+// A node used to begin with a pass over its part's unplaced buffers for their count, the
+// cliques they span and their highest floor (30% of the search's time on MiniMalloc's E,
+// perf), and to read the lowest floor of every tight clique. Now the part keeps the count
+// and the spans as place() takes buffers out and puts them back; the highest floor is a
+// bound passed down (placing u raises no floor above u's end); and only the cliques whose
+// lowest floor may have risen since the node above are read: those of u and of the
+// buffers whose floor u raised. Every other clique passed at the node above, and still
+// passes: its unplaced bytes did not grow and its lowest floor did not rise, and the
+// offset's own test (cur_off plus the clique's bytes) is made for every clique, skipped
+// only when a bound on the part's most bytes clears them all. The same nodes are pruned,
+// in the same order: with their targets, A..K took the same node counts to the one, E in
+// 0.61x the time and B in 0.53x (docs/tma.md, "Counts kept instead of counted").
 class BranchAndBound {
  public:
   enum class Outcome { kFound, kNotFound, kAborted };
@@ -1204,6 +1217,12 @@ class BranchAndBound {
   struct Part {
     std::vector<int> buffers;  // unplaced when the part was made
     int lo, hi;                // cliques [lo, hi)
+    // Kept as buffers are placed and unplaced (Note [Counts kept]): how many of `buffers`
+    // are unplaced, the cliques they span (summed), and the highest floor among them when
+    // the part was made.
+    int alive = 0;
+    int64_t spans = 0;
+    uint64_t max_floor = 0;
   };
 
   // split_and_solve: the unplaced buffers of `buffers` in cliques [lo, hi), cut after each
@@ -1223,7 +1242,11 @@ class BranchAndBound {
     for (int u : buffers) {
       if (off_[u] != kUnplaced) continue;
       const size_t j = std::upper_bound(bounds.begin(), bounds.end(), p_.first[u]) - bounds.begin() - 1;
-      parts_[base + j].buffers.push_back(u);
+      Part& part = parts_[base + j];
+      part.buffers.push_back(u);
+      ++part.alive;
+      part.spans += p_.last[u] - p_.first[u];
+      part.max_floor = std::max(part.max_floor, minoff_[u]);
     }
     std::vector<std::pair<uint64_t, size_t>> order;
     for (size_t j = base; j < parts_.size(); ++j) {
@@ -1257,7 +1280,8 @@ class BranchAndBound {
     }
     Outcome r = Outcome::kFound;
     for (const auto& [most, j] : order) {
-      r = search(j, cur_off, -1, placed, depth, parts_[j].buffers);
+      r = search(j, cur_off, -1, placed, depth, parts_[j].buffers, parts_[j].max_floor, parts_[j].lo, parts_[j].hi,
+                 kUnplaced);
       if (r != Outcome::kFound) break;
     }
     for (const auto& [u, rk] : saved) rank_[u] = rk;
@@ -1285,7 +1309,12 @@ class BranchAndBound {
   // search: a node of part `part`; the buffer placed last (`placed`, -1: none) went to
   // cur_off with rank cur_rank.
   // `from`: the part's buffers, or a list of them that holds every unplaced one.
-  Outcome search(size_t part, uint64_t cur_off, int cur_rank, int placed, int depth, const std::vector<int>& from) {
+  // `max_floor`: at least the highest floor of the part's unplaced buffers. Cliques
+  // [changed_lo, changed_hi): where a lowest floor may have risen since the node above
+  // (Note [Counts kept]); the whole part at a part's first node. `max_total`: at least the
+  // most unplaced bytes of any of the part's cliques (kUnplaced: not known).
+  Outcome search(size_t part, uint64_t cur_off, int cur_rank, int placed, int depth, const std::vector<int>& from,
+                 uint64_t max_floor, int changed_lo, int changed_hi, uint64_t max_total) {
     if (++nodes_ > node_limit_ && (baton_ == nullptr || !baton_->pause(&node_limit_))) return Outcome::kAborted;
     // A node scans the unplaced buffers of its part: past a few thousand buffers each takes
     // a fraction of a millisecond, so the clock is read at every node there. The search
@@ -1296,23 +1325,13 @@ class BranchAndBound {
     }
     const Problem& p = p_;
     const int lo = parts_[part].lo, hi = parts_[part].hi;
-    // One pass over the unplaced buffers: the least end any could take and the highest
-    // floor. Note [Search memory]: the unplaced buffers become this depth's own list
-    // only when they are at most half of `from`, so the lists down one branch hold at most
-    // about twice the part's buffers, not a list per depth (10,000 buffers deep, that was
-    // 400 MiB); a list that is not copied is `from` itself, scanned past its placed ones.
-    size_t n_alive = 0;
-    int64_t spans = 0;  // cliques the unplaced buffers span, summed
-    uint64_t min_height = kUnplaced, max_floor = 0;
-    for (int u : from) {
-      if (off_[u] != kUnplaced) continue;
-      ++n_alive;
-      const uint64_t m = minoff_[u];
-      min_height = std::min(min_height, m + p.size[u]);
-      max_floor = std::max(max_floor, m);
-      spans += p.last[u] - p.first[u];
-    }
+    const size_t n_alive = parts_[part].alive;
+    const int64_t spans = parts_[part].spans;  // cliques the unplaced buffers span, summed
     if (n_alive == 0) return Outcome::kFound;
+    // Note [Search memory]: the unplaced buffers become this depth's own list only when
+    // they are at most half of `from`, so the lists down one branch hold at most about
+    // twice the part's buffers, not a list per depth (10,000 buffers deep, that was 400
+    // MiB); a list that is not copied is `from` itself, scanned past its placed ones.
     std::vector<int>& own = alive_[depth];
     own.clear();
     if (2 * n_alive <= from.size()) {
@@ -1327,10 +1346,17 @@ class BranchAndBound {
     // Section inference: the unplaced buffers of a clique stack above their floors, so the
     // lowest floor (at least the current offset) plus their bytes must fit; the lowest
     // floor is read only where it can decide (Note [Tight cliques]).
+    if (max_total > limit_ - cur_off) {  // cur_off is below the limit: a buffer starts there
+      uint64_t most = 0;
+      for (int s = lo; s < hi; ++s) {
+        if (cur_off + total_[s] > limit_) return Outcome::kNotFound;  // each below 2^63: no wrap
+        most = std::max(most, total_[s]);
+      }
+      max_total = most;
+    }
     tight_.clear();
     int64_t members = 0;
-    for (int s = lo; s < hi; ++s) {
-      if (cur_off + total_[s] > limit_) return Outcome::kNotFound;  // each below 2^63: no wrap
+    for (int s = std::max(changed_lo, lo); s < std::min(changed_hi, hi); ++s) {
       if (limit_ - total_[s] >= max_floor) continue;
       tight_.push_back(s);
       members += ix_.member_start[s + 1] - ix_.member_start[s];
@@ -1357,6 +1383,11 @@ class BranchAndBound {
       for (int s = std::max(lo, p.first[placed]); s < std::min(hi, p.last[placed]); ++s) {
         if (!stack_fits(s, cur_off)) return Outcome::kNotFound;
       }
+    }
+    // The least end any unplaced buffer could take, for dominance below.
+    uint64_t min_height = kUnplaced;
+    for (int u : alive) {
+      if (off_[u] == kUnplaced) min_height = std::min(min_height, minoff_[u] + p.size[u]);
     }
     // The candidates: unplaced buffers in canonical order after the last one, below the
     // least end any could take (dominance), fitting the capacity. They go on cands_, one
@@ -1385,7 +1416,7 @@ class BranchAndBound {
       const int u = cands_[k];  // by index: deeper pushes may move the stack
       if (ix_.twin_prev[u] >= 0 && off_[ix_.twin_prev[u]] == kUnplaced) continue;
       bool hatless = true;
-      const Outcome r = place(part, u, depth, alive, &hatless);
+      const Outcome r = place(part, u, depth, alive, max_floor, max_total, &hatless);
       if (r != Outcome::kNotFound) {
         result = r;
         break;
@@ -1443,13 +1474,18 @@ class BranchAndBound {
 
   // place: u at its floor, then the subtree below; undone before returning. hatless: set
   // false when u overlaps an unplaced buffer.
-  Outcome place(size_t part, int u, int depth, const std::vector<int>& alive, bool* hatless) {
+  Outcome place(size_t part, int u, int depth, const std::vector<int>& alive, uint64_t max_floor, uint64_t max_total,
+                bool* hatless) {
     const Problem& p = p_;
     const uint64_t o = minoff_[u], h = o + p.size[u];
     const size_t minoff_mark = minoff_log_.size();
     off_[u] = o;
     solution_[u] = o;
+    Part& mine = parts_[part];
+    --mine.alive;
+    mine.spans -= p.last[u] - p.first[u];
     for (int s = p.first[u]; s < p.last[u]; ++s) total_[s] -= p.size[u];
+    int changed_lo = p.first[u], changed_hi = p.last[u];  // cliques whose lowest floor may rise
     for (int64_t k = ix_.adj_start[u]; k < ix_.adj_start[u + 1]; ++k) {
       const int v = ix_.adj[k];
       if (off_[v] != kUnplaced) continue;
@@ -1457,8 +1493,12 @@ class BranchAndBound {
       if (minoff_[v] < h) {
         minoff_log_.push_back({v, minoff_[v]});
         minoff_[v] = h;
+        changed_lo = std::min(changed_lo, p.first[v]);
+        changed_hi = std::max(changed_hi, p.last[v]);
       }
     }
+    // No floor rose above h; u's own may have been the highest (a bound, not the maximum).
+    const uint64_t child_max_floor = *hatless ? max_floor : std::max(max_floor, h);
     const int lo = parts_[part].lo, hi = parts_[part].hi;
     std::vector<int>& cut = splits_[depth];
     cut.clear();
@@ -1467,7 +1507,7 @@ class BranchAndBound {
     }
     Outcome r;
     if (cut.empty()) {
-      r = search(part, o, rank_[u], u, depth + 1, alive);
+      r = search(part, o, rank_[u], u, depth + 1, alive, child_max_floor, changed_lo, changed_hi, max_total);
     } else {
       const std::vector<int> cuts = cut;  // splits_ is reused below
       r = split_and_solve(alive, lo, hi, cuts, o, u, depth + 1);
@@ -1478,6 +1518,8 @@ class BranchAndBound {
       minoff_log_.pop_back();
     }
     for (int s = p.first[u]; s < p.last[u]; ++s) total_[s] += p.size[u];
+    ++mine.alive;
+    mine.spans += p.last[u] - p.first[u];
     off_[u] = kUnplaced;
     return r;
   }
