@@ -1043,6 +1043,17 @@ constexpr int kTurnsMaxBuffers = 2000;
 // MiniMalloc's J (eight of them in 0.7 ms); 0.15 ms is counted.
 constexpr double kRetireSec = 1.5e-4;
 
+// Note [Turn length]
+// A search's turn is kTurnWork / n nodes at the goal (at least first_limit: 2n, or 1,000),
+// a node's work growing with the buffers: 8,800-23,500 nodes on MiniMalloc's A-K, about 5
+// ms (0.2-0.4 us a node). Turns of first_limit nodes (1,000 there, about 0.3 ms) spent
+// nearly half the time handing turns over: each hand-over wakes the scheduler and the
+// next search's thread, and cost 0.1-0.25 ms here (B without a target: 1,236,898 nodes
+// in about 1,850 turns took 0.73-0.95 s in two sets of runs; 1,137,947 in 72 turns of this
+// length 0.47-0.54 s; not traced further). With these turns E reaches its bound without a
+// target in 0.71-0.83 s, where it stayed at 1.1025x at 1 s (docs/tma.md).
+constexpr int64_t kTurnWork = 4'000'000;
+
 // Doorbell: rung by each search that hands its turn back, so that the scheduler, with
 // several searches running, takes up whichever pauses first.
 class Doorbell {
@@ -2042,8 +2053,9 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     if (n <= kTurnsMaxBuffers) {
       // Note [Searches in turns]: one search per task kind and preorder (the goal, halfway
       // to the best plan, an eighth of the way down from it; the same capacities as the
-      // rounds below), each given first_limit nodes a turn at the goal and half that
-      // otherwise.
+      // rounds below), each given `turn` nodes a turn at the goal and half that otherwise
+      // (Note [Turn length]).
+      const int64_t turn = std::max<int64_t>(first_limit, kTurnWork / n);
       struct Turned {
         // stop: the rounds' flag, never set in turns (a search is cancelled by its baton).
         Turned(const Problem& p, const SearchIndex& ix, const std::atomic<bool>* stop) : bnb(p, ix, stop) {}
@@ -2110,7 +2122,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
             const int k = next;
             next = (next + 1) % per_round;
             if (!live[k] || running[k]) continue;
-            live[k]->granted += k < preorders ? first_limit : first_limit / 2;
+            live[k]->granted += k < preorders ? turn : turn / 2;
             live[k]->baton.resume(live[k]->granted);
             running[k] = 1;
             ++n_running;

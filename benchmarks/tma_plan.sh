@@ -7,7 +7,11 @@
 #      plan must read back valid (mtc-plan checks a CSV's offset column). One table:
 #      instance, buffers, lower bound, peak, seconds and search nodes per thread count,
 #      method.
-#   2. tma_plan_bench --skip-minimalloc: a 60,000-buffer training-like trace (fixed seed)
+#   2. the same eleven without --target-peak at --time-limit 1 with one search thread, as
+#      the runtime plans (it knows no best peak): the peak must be at or below the best
+#      known within the second. One table: instance, lower bound, best known, peak, peak
+#      over the best known, seconds, search nodes, method.
+#   3. tma_plan_bench --skip-minimalloc: a 60,000-buffer training-like trace (fixed seed)
 #      planned by plan() at the runtime's alignment; target: under 2 s, at most 1.01x its
 #      lower bound.
 # The instances (A.1048576.csv .. K.1048576.csv, from MiniMalloc's public benchmark set;
@@ -109,6 +113,30 @@ for x in A B C D E F G H I J K; do
     "${row[2]}" "${row[3]}" "${row[4]}" "${row[5]}" "${row[6]}" "$method" "$verdict"
 done
 echo "total: $total1 s with one thread, $total2 s with two"
+
+echo
+echo "without a target, --time-limit 1, one thread:"
+printf '%-4s %10s %10s %10s %8s %8s %10s %-8s %s\n' inst lower best_known peak ratio sec nodes method verdict
+for x in A B C D E F G H I J K; do
+  best=1048576
+  [ "$x" = C ] && best=1039360
+  log=$tmp/$x.untargeted.log
+  status=0
+  run_logged "$log" "$mtc_plan" --in "$data/$x.1048576.csv" --time-limit 1 --threads 1 || status=$?
+  if [ "$status" != 0 ] || ! line=$(summary_line "$log"); then
+    show_tail "mtc-plan on $x without a target exited $status" "$log"
+    fails+=("$x: mtc-plan without a target failed")
+    continue
+  fi
+  peak=$(field "$line" peak)
+  sec=$(field "$line" seconds)
+  verdict=PASS
+  if [ "$peak" -gt "$best" ]; then verdict=FAIL; fails+=("$x: peak $peak above $best without a target at 1 s"); fi
+  if awk -v s="$sec" 'BEGIN { exit !(s > 1) }'; then verdict=FAIL; fails+=("$x: $sec s over 1 s without a target"); fi
+  printf '%-4s %10s %10s %10s %8.4f %8.3f %10s %-8s %s\n' "$x" "$(field "$line" lower_bound)" "$best" "$peak" \
+    "$(awk -v a="$peak" -v b="$best" 'BEGIN { print a / b }')" "$sec" "$(field "$line" search_nodes)" \
+    "$(field "$line" method)" "$verdict"
+done
 
 if [ "$skip_random" = 0 ]; then
   echo
