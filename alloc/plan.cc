@@ -1474,6 +1474,10 @@ class BranchAndBound {
     if (n == 0) return true;
     const uint64_t slack = limit_ - base - total_[s];
     if (high - base <= slack) return true;  // no gap between floors exceeds the slack
+    // A floor at most base + slack passes (it plus every byte fits), and the bytes above a
+    // higher floor all sit on floors higher still: only those are sorted and summed.
+    stack_.erase(std::remove_if(stack_.begin(), stack_.end(), [&](const auto& e) { return e.first - base <= slack; }),
+                 stack_.end());
     std::sort(stack_.begin(), stack_.end(), std::greater<>());
     uint64_t above = 0;
     for (const auto& [floor, bytes] : stack_) {
