@@ -192,7 +192,9 @@ ABSL_FLAG(bool, sync, false,
 ABSL_FLAG(std::string, comm_backend, "auto",
           "how ranks talk: auto|local|mpi|nccl; auto: nccl on GPUs, mpi on CPUs, none when alone");
 ABSL_FLAG(bool, sync_bn, false,
-          "batch norm over the global batch: statistics all-reduced over the ranks (as SyncBatchNorm)");
+          "batch norm over the global batch: statistics all-reduced over the ranks (as SyncBatchNorm), under data "
+          "parallel and --dtp alike; without it each rank normalises the rows it holds by their own statistics "
+          "(as DistributedDataParallel)");
 ABSL_FLAG(std::string, bucket_size, "2MiB", "data parallel: gradient bytes per all-reduce bucket");
 ABSL_FLAG(bool, comm_check, false, "check that every rank passes matching arguments to each collective (debug)");
 ABSL_FLAG(std::string, dtp, "off",
@@ -201,9 +203,6 @@ ABSL_FLAG(std::string, dtp, "off",
 ABSL_FLAG(FlagText, dtp_group, {"0"},
           "DTP over groups of this many ranks with data parallel across the groups (a divisor of the ranks; "
           "0: all ranks in one group)");
-ABSL_FLAG(std::string, dtp_bn_stats, "batch",
-          "DTP: batch norm over a batch split across the ranks normalises by the whole batch's statistics "
-          "(batch, as one device) or each rank's own rows' (shard, as data parallel without --sync_bn)");
 ABSL_FLAG(FlagText, dtp_lambda, {"0.1"},
           "--dtp=auto: weight of memory against time in [0, 1] (0: fastest mode that fits, 1: smallest)");
 ABSL_FLAG(FlagText, dtp_state_share, {"0.5"},
@@ -342,7 +341,6 @@ struct Flags {
   std::string dtp_comm, dtp_comm_text;
   int dtp_group = 0;  // ranks per partition group (0: all)
   int dtp_warmup = 3;  // iterations before the rates' fit
-  dtp::BatchNormStats dtp_bn_stats = dtp::BatchNormStats::kBatch;
   size_t bucket_bytes;
   int fail_rank, fail_iteration;
   std::string fail_mode;
@@ -740,13 +738,11 @@ Flags read_flags() {
       !(f.dtp_auto && (f.runtime.evict.budget_bytes > 0 || f.runtime.budget_fraction > 0))) {
     fail(kBadValue, "--dtp_state_share without --dtp=auto and a --budget: expected both");
   }
-  if (any_dtp && f.sync_bn) {
-    fail(kBadValue, "--sync_bn with --dtp: under DTP batch norm over a split batch is synchronised already; "
-                    "expected one of the two (--dtp_bn_stats=shard gives each rank's own statistics)");
-  }
-  f.dtp_bn_stats = value_or_exit(dtp::parse_bn_stats(absl::GetFlag(FLAGS_dtp_bn_stats)));
-  if (cli::given("dtp_bn_stats") && !any_dtp) {
-    fail(kBadValue, "--dtp_bn_stats without --dtp: expected --dtp=auto or p1..p4 (data parallel: --sync_bn)");
+  if (any_dtp && f.sync_bn && f.dtp_group != g_world.size) {
+    fail(kBadValue, absl::StrCat("--sync_bn with --dtp_group=", f.dtp_group, " of ", g_world.size,
+                                 " ranks: batch norm's statistics over the whole batch need one group; expected "
+                                 "--dtp_group=0 (every rank in one group), or each rank's own statistics "
+                                 "(no --sync_bn)"));
   }
   f.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
   f.bucket_bytes = value_or_exit(bytes_flag("bucket_size", absl::GetFlag(FLAGS_bucket_size)));
@@ -1099,22 +1095,22 @@ int run(const Flags& f, Input input) {
   if (g_world.size == 1 && cli::given("bucket_size")) {
     out("note: --bucket_size has no effect on one rank: there is no gradient all-reduce to bucket\n");
   }
-  if (f.sync_bn) dist::convert_sync_batch_norm(*model.net, comm);
+  const bool any_dtp = f.dtp != dtp::Mode::kNone || f.dtp_auto;
+  // --sync_bn: data parallel swaps its batch norms for synchronised ones; DTP keeps them
+  // and its dispatch combines the statistics of a split batch (BatchNormOp::shard_run).
+  if (f.sync_bn && !any_dtp) dist::convert_sync_batch_norm(*model.net, comm);
+  const dtp::BatchNormStats bn_stats = f.sync_bn ? dtp::BatchNormStats::kBatch : dtp::BatchNormStats::kShard;
   std::unique_ptr<dist::DataParallel> dp;
   dtp::Group group;  // DTP's partition group: every rank, or --dtp_group's
   dtp::Mesh mesh;    // the groups, and data parallel across them
   std::unique_ptr<dtp::GradReducer> reducer;
-  if (f.dtp != dtp::Mode::kNone || f.dtp_auto) {
+  if (any_dtp) {
     if (comm != nullptr) {
-      mesh = value_or_exit(dtp::make_mesh(comm, f.dtp_group, f.comm_check, f.dtp_bn_stats));
+      mesh = value_or_exit(dtp::make_mesh(comm, f.dtp_group, f.comm_check, bn_stats));
     } else {
-      mesh.group = dtp::make_group(nullptr, f.comm_check, f.dtp_bn_stats);
+      mesh.group = dtp::make_group(nullptr, f.comm_check, bn_stats);
     }
     group = mesh.group;
-    if (f.dtp_bn_stats == dtp::BatchNormStats::kShard) {
-      out("dtp: batch norm over a split batch: each rank's rows by their own statistics (--dtp_bn_stats=shard), "
-          "as data parallel without --sync_bn\n");
-    }
     // The planner's settings: the rank's memory (the DTE budget, else the compute region,
     // with the comm region the gradients go to), the optimizer's state per parameter, and
     // the collectives' model (the backend's defaults, or mtc-bench-comm's fit).

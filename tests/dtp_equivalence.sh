@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # DTP gives the losses of one rank: for one model, every forced mode (--dtp=p1..p4) and
 # --dtp=auto on 2 and 4 ranks, and on 4 ranks auto and p4 over a mesh of two groups of two
-# (--dtp_group=2; models without batch norm: on a mesh its statistics are each group's,
-# as data parallel's without --sync_bn), train 10 iterations with the single-rank losses within a relative 1e-4,
+# (--dtp_group=2; models without batch norm: --sync_bn, which one rank's batch norm needs
+# from the ranks, is refused on a mesh), train 10 iterations with the single-rank losses
+# within a relative 1e-4 (models with batch norm with --sync_bn: without it each rank
+# normalises its own rows, as data parallel does; tests/dtp_bn_stats.sh),
 # with SGD and with AdamW, without and with a DTE budget on each rank (80% of what the
 # single-rank run's peak holds beyond its parameters and optimizer state), which must
 # make that run evict (the MLP: see `share`). A
@@ -31,11 +33,11 @@ must_evict=1
 # lr_control: the control's step, at which a healthy run still agrees but the broken
 # backward parts clearly (MLP and GPT: 1.4e-4 at 1e-3, past 1e-3 at 1e-2; ResNet-20,
 # whose healthy run parts by 6.6e-4 at 1e-2, keeps 1e-3, where the broken one parts by 3.7e-3).
-lr_sgd=0.001 lr_adamw=0.0001 eps_adamw=1e-3 lr_control=0.01 mesh=0
+lr_sgd=0.001 lr_adamw=0.0001 eps_adamw=1e-3 lr_control=0.01 mesh=0 bn=()
 case "$model" in
   mlp) common=(--model=mlp --batch=16) share=100 must_evict=0 mesh=1 ;;
-  resnet20) common=(--model=resnet20 --batch=32) lr_control=0.001 ;;
-  vgg16) common=(--model=vgg16 --batch=4) lr_sgd=0.00001 lr_adamw=0.00001 eps_adamw=1 lr_control=0.00001 ;;
+  resnet20) common=(--model=resnet20 --batch=32) lr_control=0.001 bn=(--sync_bn) ;;
+  vgg16) common=(--model=vgg16 --batch=4) lr_sgd=0.00001 lr_adamw=0.00001 eps_adamw=1 lr_control=0.00001 bn=(--sync_bn) ;;
   gpt) common=(--model=gpt --gpt_config=tiny --batch=8) mesh=1 ;;
   *) echo "unknown model $model"; exit 2 ;;
 esac
@@ -72,7 +74,7 @@ for opt in sgd adamw; do
       for mode in "${modes[@]}"; do
         what="$opt $b np=$np --dtp=$mode"
         # shellcheck disable=SC2086 # mode carries its --dtp_group flag
-        if ! "$mpirun" --oversubscribe -np $np "$train" "${common[@]}" "${o[@]}" "${extra[@]}" --dtp=$mode \
+        if ! "$mpirun" --oversubscribe -np $np "$train" "${common[@]}" "${o[@]}" "${extra[@]}" "${bn[@]}" --dtp=$mode \
             >"$tmp/dtp.txt" 2>&1; then
           echo "$what: the run failed"; tail -5 "$tmp/dtp.txt"; status=1; continue
         fi
@@ -86,11 +88,11 @@ for opt in sgd adamw; do
       # passes.
       ctl=(--optimizer=sgd --lr=$lr_control --momentum=0)
       "$train" "${common[@]}" "${ctl[@]}" >"$tmp/ctl_one.txt" 2>&1 || { cat "$tmp/ctl_one.txt"; exit 1; }
-      "$mpirun" --oversubscribe -np 2 "$train" "${common[@]}" "${ctl[@]}" --dtp=p2 >"$tmp/ctl_ok.txt" 2>&1 || {
+      "$mpirun" --oversubscribe -np 2 "$train" "${common[@]}" "${ctl[@]}" "${bn[@]}" --dtp=p2 >"$tmp/ctl_ok.txt" 2>&1 || {
         tail -5 "$tmp/ctl_ok.txt"; exit 1; }
       compare_losses "$tmp/ctl_ok.txt" "$tmp/ctl_one.txt" "control: healthy, lr $lr_control np=2 p2" || status=1
       "$mpirun" --oversubscribe -np 2 -x MTC_TESTING_BREAK_CONVERT_BACKWARD=all_gather "$train" "${common[@]}" \
-        "${ctl[@]}" --dtp=p2 >"$tmp/broken.txt" 2>&1 || { tail -5 "$tmp/broken.txt"; exit 1; }
+        "${ctl[@]}" "${bn[@]}" --dtp=p2 >"$tmp/broken.txt" 2>&1 || { tail -5 "$tmp/broken.txt"; exit 1; }
       if compare_losses "$tmp/broken.txt" "$tmp/ctl_one.txt" "control: broken backward, np=2 p2" >"$tmp/ctl.txt"; then
         cat "$tmp/ctl.txt"; echo "the broken backward went unnoticed"; status=1
       else

@@ -187,11 +187,8 @@ TEST_F(MtcTrain, BadDtpFlags) {
   expect_bad("--dtp=p1 --budget=64MiB --dtp_state_share=0.5", "--dtp_state_share without --dtp=auto and a --budget");
   expect_bad("--dtp_report", "--dtp_report without --dtp");
   expect_bad("--dtp_group=2", "--dtp_group without --dtp");
-  expect_bad("--dtp=p1 --dtp_bn_stats=rank", "--dtp_bn_stats=rank: expected batch");
-  expect_bad("--dtp_bn_stats=shard", "--dtp_bn_stats without --dtp");
   expect_bad("--dtp=auto --dtp_warmup=1", "--dtp_warmup '1'");
   expect_bad("--dtp_warmup=5", "--dtp_warmup without --dtp");
-  expect_bad("--dtp=p1 --sync_bn", "--sync_bn with --dtp");
   expect_bad("--dtp=auto --dtp_group=3", "--dtp_group=3: expected a divisor of the 1 ranks");
   expect_bad("--dtp=auto --dtp_comm=/nonexistent/comm.json", "--dtp_comm /nonexistent/comm.json: cannot read");
   const std::string bad = ::testing::TempDir() + "/dtp_comm_bad.json";

@@ -33,17 +33,18 @@ using partition::Placement;
 using Group = std::shared_ptr<const ShardContext>;
 
 // BatchNormStats: what batch norm in training normalises a batch split across the
-// group's ranks by (mtc-train --dtp_bn_stats). kBatch: the whole global batch's
-// statistics, as one device would (two small all-reduces per layer, forward and
-// backward). kShard: each rank's own rows, as data parallel without --sync_bn (no
-// collective; the running statistics then differ across the ranks, as data parallel's do).
-enum class BatchNormStats { kBatch, kShard };
-// parse_bn_stats: "batch" or "shard"; anything else is an error naming both.
-absl::StatusOr<BatchNormStats> parse_bn_stats(const std::string& s);
+// group's ranks by. kShard (the default): the rows each rank holds, by their own
+// statistics, as data parallel without --sync_bn and PyTorch's DistributedDataParallel
+// (no collective; the running statistics then differ across the ranks, as data
+// parallel's do). Where an op's batch is not split (replicated, or split by channel)
+// its rank holds every row and the two agree. kBatch (mtc-train --sync_bn): the whole
+// global batch's statistics, as one device would (two small all-reduces per layer,
+// forward and backward).
+enum class BatchNormStats { kShard, kBatch };
 
 // make_group: a partition group of every rank of c (check: compare the placements of
 // every dispatched op across the ranks, naming the op on a mismatch; --comm_check).
-Group make_group(dist::CommPtr c, bool check = false, BatchNormStats bn = BatchNormStats::kBatch);
+Group make_group(dist::CommPtr c, bool check = false, BatchNormStats bn = BatchNormStats::kShard);
 int group_size(const Group& g);
 int group_rank(const Group& g);
 
@@ -229,6 +230,6 @@ struct Mesh {
 // InvalidArgument when t < 1 or does not divide the world size: "--dtp_group=3: expected
 // a divisor of the 4 ranks (1, 2, 4)". check, bn: as make_group's, within each group.
 absl::StatusOr<Mesh> make_mesh(dist::CommPtr world, int t, bool check = false,
-                               BatchNormStats bn = BatchNormStats::kBatch);
+                               BatchNormStats bn = BatchNormStats::kShard);
 
 }  // namespace mtc::dtp

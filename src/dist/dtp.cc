@@ -31,14 +31,6 @@ Group make_group(dist::CommPtr c, bool check, BatchNormStats bn) {
   return g;
 }
 
-absl::StatusOr<BatchNormStats> parse_bn_stats(const std::string& s) {
-  if (s == "batch") return BatchNormStats::kBatch;
-  if (s == "shard") return BatchNormStats::kShard;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--dtp_bn_stats=", s, ": expected batch (the whole batch's statistics, as one device) or shard (each rank's "
-      "rows, as data parallel without --sync_bn)"));
-}
-
 int group_size(const Group& g) { return g ? g->parts : 1; }
 int group_rank(const Group& g) { return g ? g->index : 0; }
 

@@ -26,9 +26,9 @@ struct ShardContext {
   int index = 0;
   dist::CommPtr comm;
   bool check = false;  // --comm_check: the ranks compare each dispatch's placements
-  // --dtp_bn_stats=shard: batch norm over a split batch normalises each rank's rows by
-  // their own statistics (dtp::BatchNormStats::kShard)
-  bool shard_bn_stats = false;
+  // batch norm over a split batch normalises each rank's rows by their own statistics
+  // (dtp::BatchNormStats::kShard, the default); false: the whole batch's (--sync_bn)
+  bool shard_bn_stats = true;
   mutable std::shared_ptr<dtp::Planner> planner;  // --dtp=auto or --dtp_report (dtp_auto.h)
 };
 

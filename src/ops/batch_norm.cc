@@ -129,8 +129,8 @@ void BatchNormOp::signatures(std::span<const TensorDesc> in, int parts, partitio
 
 std::optional<TensorList> BatchNormOp::shard_run(const partition::Signature& s, std::span<const TensorDesc>,
                                                  std::span<const Tensor> x, const ShardContext& g) const {
-  // Training on a split batch: the statistics of the whole global batch, unless the group
-  // asks for each rank's own (--dtp_bn_stats=shard: the op runs on the local rows as is).
+  // Training on a split batch: each rank's rows by their own statistics (the op runs on
+  // the local rows as is), unless the group asks for the whole batch's (--sync_bn).
   // A group of one rank holds the whole batch: nothing to combine.
   if (!training || s.in.empty() || !s.in[0].split() || s.in[0].dim == 1 || g.shard_bn_stats || g.parts == 1) {
     return std::nullopt;

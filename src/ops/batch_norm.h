@@ -16,7 +16,9 @@ namespace mtc {
 // DTP (inputs x, gamma, beta[, running_mean, running_var]; outputs y, mean, invstd):
 //   all R -> R, R, R
 //   x S(1), the rest S(0) -> S(1), S(0), S(0)         per channel: exact, train and eval
-//   training: x S(0), the rest R -> S(0), R, R        the global batch's statistics:
+//   training: x S(0), the rest R -> S(0), R, R        each rank's rows by their own statistics
+//             (mean, invstd and the running statistics differ across the ranks, as data
+//             parallel's); with --sync_bn the global batch's statistics:
 //             shard_run = bn_stats, all_reduce, sync_batch_norm (src/dist/sync_batch_norm.h)
 //   eval: x S(d), d not 1, the rest R -> S(d), R, R   the running statistics, local
 struct BatchNormOp final : OpDef {
