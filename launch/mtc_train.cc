@@ -336,6 +336,8 @@ struct Flags {
   bool sync_bn, comm_check, allow_nonfinite;
   dtp::Mode dtp = dtp::Mode::kNone;  // --dtp (kNone with dtp_auto: auto)
   bool dtp_auto = false, dtp_report = false;
+  // any_dtp: DTP in some form (a forced mode or auto) rather than data parallel.
+  bool any_dtp() const { return dtp != dtp::Mode::kNone || dtp_auto; }
   double dtp_lambda = 0.1;
   double dtp_state_share = 0.5;
   std::string dtp_comm, dtp_comm_text;
@@ -544,7 +546,7 @@ void read_run_flags(Flags& f) {
       fail(kBadValue, absl::StrCat("--", name, " without --eval_every: expected --eval_every N"));
     }
   }
-  if (f.eval_every > 0 && (f.dtp != dtp::Mode::kNone || f.dtp_auto)) {
+  if (f.eval_every > 0 && f.any_dtp()) {
     fail(kBadValue, "--eval_every with --dtp: evaluation runs data parallel only so far; expected no --dtp");
   }
 }
@@ -700,7 +702,7 @@ Flags read_flags() {
   } else {
     fail(kBadValue, absl::StrCat("--dtp ", m.status().message(), ", or auto"));
   }
-  const bool any_dtp = f.dtp != dtp::Mode::kNone || f.dtp_auto;
+  const bool any_dtp = f.any_dtp();
   f.dtp_lambda = value_or_exit(real_flag("dtp_lambda", absl::GetFlag(FLAGS_dtp_lambda)));
   if (!(f.dtp_lambda >= 0 && f.dtp_lambda <= 1)) {
     fail(kBadValue, absl::StrCat("--dtp_lambda ", f.dtp_lambda, ": expected a number in [0, 1]"));
@@ -763,7 +765,7 @@ Flags read_flags() {
                                  "evenly over them)"));
   }
   if (f.model == "moe_gpt") {  // the tokens one forward routes: the rank's rows, or under DTP the whole batch
-    const bool dtp = f.dtp != dtp::Mode::kNone || f.dtp_auto;
+    const bool dtp = f.any_dtp();
     if (f.moe_expert_parallel && (dtp || f.moe.bucket > 0 || f.moe.experts % g_world.size != 0)) {
       fail(kBadValue, absl::StrCat("--moe_expert_parallel with ",
                                    dtp ? "--dtp: DTP splits the ops itself; expected one of them"
@@ -1095,16 +1097,15 @@ int run(const Flags& f, Input input) {
   if (g_world.size == 1 && cli::given("bucket_size")) {
     out("note: --bucket_size has no effect on one rank: there is no gradient all-reduce to bucket\n");
   }
-  const bool any_dtp = f.dtp != dtp::Mode::kNone || f.dtp_auto;
   // --sync_bn: data parallel swaps its batch norms for synchronised ones; DTP keeps them
   // and its dispatch combines the statistics of a split batch (BatchNormOp::shard_run).
-  if (f.sync_bn && !any_dtp) dist::convert_sync_batch_norm(*model.net, comm);
+  if (f.sync_bn && !f.any_dtp()) dist::convert_sync_batch_norm(*model.net, comm);
   const dtp::BatchNormStats bn_stats = f.sync_bn ? dtp::BatchNormStats::kBatch : dtp::BatchNormStats::kShard;
   std::unique_ptr<dist::DataParallel> dp;
   dtp::Group group;  // DTP's partition group: every rank, or --dtp_group's
   dtp::Mesh mesh;    // the groups, and data parallel across them
   std::unique_ptr<dtp::GradReducer> reducer;
-  if (any_dtp) {
+  if (f.any_dtp()) {
     if (comm != nullptr) {
       mesh = value_or_exit(dtp::make_mesh(comm, f.dtp_group, f.comm_check, bn_stats));
     } else {
