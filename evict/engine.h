@@ -205,9 +205,9 @@ class Engine {
 
  private:
   // movable_by_offset: resident tensors of the compute region by offset, the ones compaction
-  // and pack_low may move (persistent ones only with `persistent`, pinned ones only with
-  // move_pinned).
-  absl::flat_hash_map<size_t, TensorRecord*> movable_by_offset(bool persistent, bool move_pinned);
+  // and pack_low may move (pinned ones only with move_pinned; never one whose bytes work in
+  // flight still uses, OpDef::holds_inputs).
+  absl::flat_hash_map<size_t, TensorRecord*> movable_by_offset(bool move_pinned);
   // move_to: r's bytes to `offset` in the compute region, its copied bytes added to
   // `copied`; false when the device failed the copy (r stays where it was).
   bool move_to(TensorRecord& r, size_t offset, size_t& copied);

@@ -61,6 +61,7 @@ struct TensorRecord {
   bool recomputable = true;               // may be dropped (false: made by the backward pass)
   bool handle_alive = true;               // a user handle still names it
   uint32_t pin_count = 0;                 // > 0 while an op being run needs it resident
+  uint32_t address_holds = 0;             // > 0 while work in flight uses its bytes: never moved
   uint32_t version = 0;                   // bumped by each in-place mutation
   size_t candidate_index = SIZE_MAX;      // its place in the engine's candidate list
   // DTE statistics.

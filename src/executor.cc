@@ -258,6 +258,12 @@ absl::Status Executor::execute(ApplyOp& c) {
   EvictStats& stats = engine_.stats();
   ++stats.ops;
   stats.compute_us += us;
+  // Work the op left in flight keeps those inputs' bytes where they are (OpDef::holds_inputs).
+  const uint64_t held = op.holds_inputs(), released = op.releases_inputs();
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if ((held >> i) & 1) ++ins[i]->address_holds;
+    if ((released >> i) & 1 && ins[i]->address_holds > 0) --ins[i]->address_holds;
+  }
   traced([&](TraceWriter& w) {
     w.op(op, c.inputs, c.outputs, c.output_descs, us, mutated, c.recomputable, last_scratch_);
   });

@@ -134,6 +134,11 @@ class OpDef {
   // training reads only x, gamma and beta for y), and its kernel must skip the mutation
   // when recomputing(), so that DTE can regenerate its outputs.
   virtual uint64_t mutates_inputs() const { return 0; }
+  // holds_inputs: inputs whose bytes work the op starts keeps reading or writing after the
+  // op returns (a data-parallel bucket's all-reduce); each stays at its address, which
+  // compaction would otherwise change, until an op that releases_inputs() it has run.
+  virtual uint64_t holds_inputs() const { return 0; }
+  virtual uint64_t releases_inputs() const { return 0; }
   // attrs: the op's attributes for messages and traces, e.g. "stride=1 padding=1".
   virtual std::string attrs() const { return ""; }
   // recorded_us: for an op replayed from a trace (mtc-replay), the time it took when the

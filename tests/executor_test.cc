@@ -169,6 +169,26 @@ struct SmallExecutor {
   std::unique_ptr<Executor> ex;
 };
 
+// HoldOp / ReleaseOp: an op that leaves work in flight on its input, as a data-parallel
+// bucket's all-reduce does (OpDef::holds_inputs), and the op that waits for it.
+struct HoldOp final : OpDef {
+  MTC_OP_SCHEMA("test_hold")
+  absl::Status infer(std::span<const TensorDesc>, std::vector<TensorDesc>&) const override { return absl::OkStatus(); }
+  bool differentiable() const override { return false; }
+  int num_outputs() const override { return 0; }
+  uint64_t holds_inputs() const override { return 1; }
+};
+struct ReleaseOp final : OpDef {
+  MTC_OP_SCHEMA("test_release")
+  absl::Status infer(std::span<const TensorDesc>, std::vector<TensorDesc>&) const override { return absl::OkStatus(); }
+  bool differentiable() const override { return false; }
+  int num_outputs() const override { return 0; }
+  uint64_t releases_inputs() const override { return 1; }
+};
+absl::Status no_kernel_work(const OpDef&, const KernelArgs&) { return absl::OkStatus(); }
+MTC_REGISTER_KERNEL(HoldOp, DeviceType::kCPU, no_kernel_work);
+MTC_REGISTER_KERNEL(ReleaseOp, DeviceType::kCPU, no_kernel_work);
+
 // A request within the budget that finds no block large enough forces an eviction, which
 // evict_fragmented counts; one over the budget forces an eviction it does not count. With
 // move_when_cheaper too: sliding tensor 2 down would copy its 1 MiB once, swapping it
@@ -277,10 +297,10 @@ TEST(ExecutorEvictions, MovesInsteadOfEvictingWhenTheCopyIsCheaper) {
   }
 }
 
-// Note [Compaction], evacuation: the free bytes lie in two segments split by persistent
-// tensors, which never move, so no segment's gaps hold the request and sliding cannot
-// help; tensor 2 moves out of its segment, into the free block of the other, and its old
-// place and the gap beside it make the block. Without eviction (policy none), and in drop
+// Note [Compaction], evacuation: the free bytes lie in two segments split by a tensor whose
+// bytes work in flight still uses (a HoldOp's), which never moves, so no segment's gaps
+// hold the request and sliding cannot help; tensor 2 moves out of its segment, into the
+// free block of the other, and its old place and the gap beside it make the block. Without eviction (policy none), and in drop
 // mode, where a Put may not be dropped, nothing can be evicted and only the move serves.
 TEST(ExecutorEvictions, MovesATensorIntoAnotherSegmentsFreeBlock) {
   for (EvictPolicy policy : {EvictPolicy::kMtc, EvictPolicy::kNone}) {
@@ -295,6 +315,8 @@ TEST(ExecutorEvictions, MovesATensorIntoAnotherSegmentsFreeBlock) {
     ASSERT_TRUE(s.put_kib(4, 0.f, 512, /*persistent=*/true).ok());
     ASSERT_TRUE(s.put_kib(5, 0.f, 512).ok());
     ASSERT_EQ(ex.records().at(4).block.offset, size_t{2} << 20);
+    ApplyOp hold{std::make_shared<HoldOp>(), {4}, {}, {}};
+    ASSERT_TRUE(ex.execute(hold).ok());
     Del d3{3}, d5{5};
     ASSERT_TRUE(ex.execute(d3).ok());
     ASSERT_TRUE(ex.execute(d5).ok());
@@ -308,6 +330,79 @@ TEST(ExecutorEvictions, MovesATensorIntoAnotherSegmentsFreeBlock) {
     s.device->compute_region().check_invariants();
     s.expect_values(2, 5e5f, int64_t{512} << 8);
   }
+}
+
+// Note [Compaction]: persistent tensors (parameters, optimizer state, gradients the comm
+// region could not take) move like any other, but not one whose bytes work in flight
+// still uses. In 512 KiB units of the 3 MiB region: tensor 1 [0, 1), persistent 2 [1, 2),
+// tensor 3 [2, 3), tensor 4 [3, 6); then 1 and 3 go, and 1 MiB is asked for with nothing
+// to evict (policy none). While a HoldOp's work holds 2, nothing can make the block; once
+// a ReleaseOp has run, 2 slides down and the request takes [1, 3).
+TEST(ExecutorEvictions, MovesPersistentTensorsButNotOnesWorkInFlightHolds) {
+  SmallExecutor s(EvictPolicy::kNone);
+  Executor& ex = *s.ex;
+  ASSERT_TRUE(s.put_kib(1, 0.f, 512).ok());
+  ASSERT_TRUE(s.put_kib(2, 7e5f, 512, /*persistent=*/true).ok());
+  ASSERT_TRUE(s.put_kib(3, 0.f, 512).ok());
+  ASSERT_TRUE(s.put_kib(4, 0.f, 1536).ok());
+  ASSERT_EQ(ex.records().at(2).block.offset, size_t{512} << 10);
+  Del d1{1}, d3{3};
+  ASSERT_TRUE(ex.execute(d1).ok());
+  ASSERT_TRUE(ex.execute(d3).ok());
+  ApplyOp hold{std::make_shared<HoldOp>(), {2}, {}, {}};
+  ASSERT_TRUE(ex.execute(hold).ok());
+  EXPECT_EQ(ex.records().at(2).address_holds, 1u);
+  absl::Status st = s.put_kib(5, 0.f, 1024);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_EQ(ex.records().at(2).block.offset, size_t{512} << 10);
+  EXPECT_EQ(ex.evict_stats().compactions, 0u);
+  ApplyOp release{std::make_shared<ReleaseOp>(), {2}, {}, {}};
+  ASSERT_TRUE(ex.execute(release).ok());
+  EXPECT_EQ(ex.records().at(2).address_holds, 0u);
+  ASSERT_TRUE(s.put_kib(5, 0.f, 1024).ok());
+  EXPECT_EQ(ex.evict_stats().compactions, 1u);
+  EXPECT_EQ(ex.evict_stats().moved_bytes, size_t{512} << 10);
+  EXPECT_EQ(ex.records().at(2).block.offset, 0u);
+  EXPECT_EQ(ex.records().at(5).block.offset, size_t{512} << 10);
+  s.device->compute_region().check_invariants();
+  s.expect_values(2, 7e5f, int64_t{512} << 8);
+}
+
+// Note [Compaction], repacking: no segment's free bytes hold the request, and no window's
+// tensors fit the free gaps outside it as they lie. In 256 KiB units of the 3 MiB region:
+// tensor 1 [0, 2), a gap [2, 3), held 2 [3, 4), a gap [4, 5), tensor 3 [5, 7), a gap
+// [7, 8), held 4 [8, 9), tensor 5 [9, 12); 768 KiB is asked for. Tensor 3 packs down to
+// [4, 6), tensor 1 moves into the gap that makes, [6, 8), and the request takes [0, 3).
+TEST(ExecutorEvictions, RepacksSegmentsWhenNoWindowCanBeCleared) {
+  SmallExecutor s(EvictPolicy::kNone);
+  Executor& ex = *s.ex;
+  ASSERT_TRUE(s.put_kib(1, 1e5f, 512).ok());
+  ASSERT_TRUE(s.put_kib(10, 0.f, 256).ok());
+  ASSERT_TRUE(s.put_kib(2, 0.f, 256, /*persistent=*/true).ok());
+  ASSERT_TRUE(s.put_kib(11, 0.f, 256).ok());
+  ASSERT_TRUE(s.put_kib(3, 3e5f, 512).ok());
+  ASSERT_TRUE(s.put_kib(12, 0.f, 256).ok());
+  ASSERT_TRUE(s.put_kib(4, 0.f, 256, /*persistent=*/true).ok());
+  ASSERT_TRUE(s.put_kib(5, 0.f, 768).ok());
+  ASSERT_EQ(ex.records().at(5).block.offset, size_t{9} << 18);
+  for (uint64_t id : {2, 4}) {
+    ApplyOp hold{std::make_shared<HoldOp>(), {id}, {}, {}};
+    ASSERT_TRUE(ex.execute(hold).ok());
+  }
+  for (uint64_t id : {10, 11, 12}) {
+    Del d{id};
+    ASSERT_TRUE(ex.execute(d).ok());
+  }
+  ASSERT_EQ(s.device->compute_region().largest_free(), size_t{256} << 10);
+  ASSERT_TRUE(s.put_kib(6, 0.f, 768).ok());
+  EXPECT_EQ(ex.evict_stats().compactions, 1u);
+  EXPECT_EQ(ex.evict_stats().moved_bytes, size_t{1} << 20);
+  EXPECT_EQ(ex.records().at(3).block.offset, size_t{4} << 18);
+  EXPECT_EQ(ex.records().at(1).block.offset, size_t{6} << 18);
+  EXPECT_EQ(ex.records().at(6).block.offset, 0u);
+  s.device->compute_region().check_invariants();
+  s.expect_values(1, 1e5f, int64_t{512} << 8);
+  s.expect_values(3, 3e5f, int64_t{512} << 8);
 }
 
 // HostMemoryDevice: a 4 MiB arena in host memory (1 MiB comm, 3 MiB compute) whose copies

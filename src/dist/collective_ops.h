@@ -152,6 +152,7 @@ struct BucketReduceOp final : CollectiveOp {
   bool differentiable() const override { return false; }
   int num_outputs() const override { return 0; }
   uint64_t mutates_inputs() const override { return 1; }
+  uint64_t holds_inputs() const override { return 1; }  // flat, until its bucket_wait
   std::shared_ptr<BucketState> state;
 };
 
@@ -165,6 +166,7 @@ struct BucketWaitOp final : CollectiveOp {
   bool differentiable() const override { return false; }
   int num_outputs() const override { return 0; }
   uint64_t mutates_inputs() const override { return ~uint64_t{0} << 1; }
+  uint64_t releases_inputs() const override { return 1; }
   std::shared_ptr<BucketState> state;
 };
 
