@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/commandlineflag.h"
@@ -137,9 +139,11 @@ void fail(const char* tool, int status, const std::string& what) {
 }
 
 void fail_flags(const char* tool, const std::string& what) {
-  if (secondary_rank()) {
+  absl::StatusOr<launch::World> w = launch::world_from_environment();
+  if (w.ok() && w->rank != 0) {
     std::fflush(nullptr);
-    std::_Exit(2);
+    std::this_thread::sleep_for(std::chrono::seconds(kSecondaryWaitSec));
+    fail(tool, 2, absl::StrCat("rank ", w->rank, " of ", w->size, ": ", what));
   }
   fail(tool, 2, what);
 }
