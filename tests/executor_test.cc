@@ -300,8 +300,9 @@ TEST(ExecutorEvictions, MovesInsteadOfEvictingWhenTheCopyIsCheaper) {
 // Note [Compaction], evacuation: the free bytes lie in two segments split by a tensor whose
 // bytes work in flight still uses (a HoldOp's), which never moves, so no segment's gaps
 // hold the request and sliding cannot help; tensor 2 moves out of its segment, into the
-// free block of the other, and its old place and the gap beside it make the block. Without eviction (policy none), and in drop
-// mode, where a Put may not be dropped, nothing can be evicted and only the move serves.
+// free block of the other, and its old place and the gap beside it make the block.
+// Without eviction (policy none), and in drop mode, where a Put may not be dropped,
+// nothing can be evicted and only the move serves.
 TEST(ExecutorEvictions, MovesATensorIntoAnotherSegmentsFreeBlock) {
   for (EvictPolicy policy : {EvictPolicy::kMtc, EvictPolicy::kNone}) {
     SCOPED_TRACE(evict_policy_name(policy));
