@@ -42,6 +42,11 @@ ABSL_FLAG(bool, move_when_cheaper, mtc::EvictOptions{}.move_when_cheaper,
 ABSL_FLAG(bool, plan_regeneration, mtc::EvictOptions{}.plan_regeneration,
           "recompute the dropped tensors an op needs in the order they were first made, each held until its last "
           "reader among them (false: each input down its own chain; docs/dte.md, \"Planned regeneration\")");
+ABSL_FLAG(std::string, jitter, "0",
+          "replay a copy of the trace with every op's time scaled by 1 + a*u, u uniform in [-1, 1], drawn in the "
+          "trace's order (0: the recorded times); eviction is chaotic, and copies show how far a figure moves "
+          "(docs/dte.md, \"At the low end\")");
+ABSL_FLAG(int, jitter_seed, 1, "the seed of --jitter's draws (>= 1)");
 ABSL_FLAG(int, max_recomputes_per_op, static_cast<int>(mtc::EvictOptions{}.max_recomputes_per_op),
           "stop an op once one tensor has been recomputed this many times to make its inputs resident (a recompute "
           "storm; the row says oom; 0: never)");
@@ -113,8 +118,17 @@ int run() {
                                  "': expected a number above 1 (a multiple of the compute time), or 0 for no cap"));
   }
 
+  double jitter = 0;
+  if (!absl::SimpleAtod(absl::GetFlag(FLAGS_jitter), &jitter) || !(jitter >= 0 && jitter < 1)) {
+    fail(kBadValue, absl::StrCat("--jitter '", absl::GetFlag(FLAGS_jitter),
+                                 "': expected a number in [0, 1) (0.1: op times moved by up to 10%)"));
+  }
+  const int jitter_seed = absl::GetFlag(FLAGS_jitter_seed);
+  if (jitter_seed < 1) fail(kBadValue, absl::StrCat("--jitter_seed ", jitter_seed, ": expected a seed >= 1"));
+
   absl::StatusOr<Trace> trace = load_trace(path);
   if (!trace.ok()) fail(kBadValue, std::string(trace.status().message()));
+  if (jitter > 0) *trace = jittered(*trace, jitter, static_cast<uint64_t>(jitter_seed));
   if (trace->iterations <= skip) {
     fail(kBadValue, absl::StrCat("trace ", path, " has ", trace->iterations, " iteration marks; --skip ", skip,
                                  " leaves none to count: expected a longer trace or a smaller --skip"));
@@ -141,6 +155,9 @@ int run() {
   std::printf("trace: %s: %zu events, %d iterations (%d counted), %s, unlimited peak %.1f MiB, compute %.1f ms/iter\n",
               path.c_str(), trace->events.size(), trace->iterations, base->counted_iterations,
               trace->header.device.c_str(), peak / 1048576.0, base->compute_us / base->counted_iterations * 1e-3);
+  if (jitter > 0) {
+    std::printf("copy: every op's time scaled by 1 + %g*u, u uniform in [-1, 1], seed %d\n", jitter, jitter_seed);
+  }
   if (!trace->last_iteration_complete) {
     std::printf("note: trace ends inside iteration %d: that iteration is not counted (%s)\n", trace->cut_iteration,
                 trace->cut_short.c_str());

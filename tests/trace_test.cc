@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "alloc/region.h"
 #include "gtest/gtest.h"
 #include "op_def.h"
@@ -751,6 +752,27 @@ TEST(TraceReplayCli, NotesAnIterationCutShort) {
   EXPECT_EQ(whole.output.find("note:"), std::string::npos) << whole.output;
 }
 
+// --jitter replays a copy with other op times: the same seed the same copy, another seed
+// another, and the line says so.
+TEST(TraceReplayCli, JitterReplaysASeededCopy) {
+  std::vector<std::string> lines = program(3, 0);
+  for (std::string& l : lines) absl::StrReplaceAll({{R"("us":10)", R"("us":10000)"}}, &l);  // 30 ms an iteration
+  const std::string path = write_trace("cli-jitter.jsonl", lines);
+  auto compute_line = [&](const std::string& args) {
+    const ToolRun r = run_replay("--trace=" + path + " --budget=none " + args);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return r.output.substr(0, r.output.find('\n'));  // "trace: ...: compute X ms/iter"
+  };
+  const std::string recorded = compute_line(""), one = compute_line("--jitter=0.1 --jitter_seed=1");
+  EXPECT_NE(one, recorded);
+  EXPECT_EQ(compute_line("--jitter=0.1 --jitter_seed=1"), one);
+  EXPECT_NE(compute_line("--jitter=0.1 --jitter_seed=2"), one);
+  const ToolRun r = run_replay("--trace=" + path + " --budget=none --jitter=0.1 --jitter_seed=3");
+  EXPECT_NE(r.output.find("copy: every op's time scaled by 1 + 0.1*u, u uniform in [-1, 1], seed 3"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(TraceReplayCli, BadTracesExitTwoWithOneLine) {
   const std::string v2 = temp_path("cli-v2.jsonl");
   std::ofstream(v2) << R"({"mtc_trace":2,"device":"cpu","compute_bytes":1048576})"
@@ -782,6 +804,9 @@ TEST(TraceReplayCli, BadLimitsExitTwoBeforeAnyReplay) {
       {"--max_overhead=1", "mtc-replay: error: --max_overhead '1': expected a number above 1"},
       {"--max_overhead=lots", "mtc-replay: error: --max_overhead 'lots': expected a number above 1"},
       {"--max_recomputes_per_op=-2", "mtc-replay: error: --max_recomputes_per_op -2: expected a count >= 0"},
+      {"--jitter=1", "mtc-replay: error: --jitter '1': expected a number in [0, 1)"},
+      {"--jitter=-0.1", "mtc-replay: error: --jitter '-0.1': expected a number in [0, 1)"},
+      {"--jitter=0.1 --jitter_seed=0", "mtc-replay: error: --jitter_seed 0: expected a seed >= 1"},
   };
   for (const auto& c : cases) {
     const ToolRun r = run_replay("--trace=" + path + " --budget=none " + c.args, /*stderr_only=*/true);
