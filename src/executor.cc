@@ -246,10 +246,13 @@ absl::Status Executor::execute(ApplyOp& c) {
     }
   }
 
-  // 4. Run the kernel, timed. The inputs' views are taken now: allocating the outputs and
-  //    a snapshot may have moved them (Note [Compaction], evict/engine.cc).
+  // 4. Run the kernel, timed. The inputs' views are taken now: allocating the outputs, a
+  //    snapshot and the room for the kernel's scratch may have moved them (Note
+  //    [Compaction], evict/engine.cc).
   absl::InlinedVector<TensorView, 4> in_views;
-  for (TensorRecord* r : ins) in_views.push_back(TensorView{data(*r), &r->desc});
+  for (TensorRecord* r : ins) in_views.push_back(TensorView{nullptr, &r->desc});
+  room_for_scratch(op, in_views, out_views);
+  for (size_t i = 0; i < ins.size(); ++i) in_views[i].data = data(*ins[i]);
   double us = 0;
   if (absl::Status s = run(path, in_views, out_views, /*recomputing=*/false, &us); !s.ok()) {
     free_outputs();
@@ -372,8 +375,9 @@ absl::Status Executor::rerun(const std::shared_ptr<ComputePath>& path, std::span
     blocks.push_back(*b);
     out_views.push_back(TensorView{device_.compute_ptr(*b), d});
   }
-  // 4. The kernel, on the inputs where they are now (allocating the outputs may have moved
-  //    them: Note [Compaction], evict/engine.cc).
+  // 4. The kernel, on the inputs where they are now (allocating the outputs and the room
+  //    for its scratch may have moved them: Note [Compaction], evict/engine.cc).
+  room_for_scratch(op, in_views, out_views);
   for (size_t i = 0; i < ins.size(); ++i) in_views[i].data = data(*ins[i]);
   if (absl::Status s = run(path, in_views, out_views, /*recomputing=*/true, &out.us); !s.ok()) {
     free_blocks();
@@ -676,6 +680,7 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
     }
     *us = 0;
     last_scratch_.assign(ctx.sizes().begin(), ctx.sizes().end());
+    if (opts_.policy != EvictPolicy::kNone) remember_scratch(key);
     return s;
   }
   const auto t0 = Clock::now();
@@ -683,7 +688,46 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
   *us = us_since(t0);
   if (chrome_) chrome_->span(op.name(), recomputing ? "recompute" : "op", t0, *us);
   last_scratch_.assign(ctx.sizes().begin(), ctx.sizes().end());
+  if (opts_.policy != EvictPolicy::kNone) remember_scratch(op_time_key(op, ins, outs));
   return s;
+}
+
+void Executor::remember_scratch(uint64_t key) {
+  if (scratch_sizes_.size() >= kMaxOpTimes) scratch_sizes_.clear();  // many shapes: start over
+  scratch_sizes_[key].assign(last_scratch_.begin(), last_scratch_.end());
+}
+
+// Note [Room for scratch]
+// A kernel asks for its scratch while it runs, when its inputs' and outputs' addresses are
+// held and nothing of them can move. In a region whose free bytes lie in pieces, its
+// request could then find no block even where moving the inputs would have made one: the
+// U-Net at 50% of its peak in drop mode, with the region as the limit (a recording of
+// 2026-12-01), stopped at a conv2d_backward_input's 32 MiB of scratch with 88.9 MiB of the
+// 187.5 MiB region free, the largest block 18.8 MiB, 64 MiB of it held by the op's inputs,
+// outputs and earlier scratch. So before the kernel runs, where the largest free block is
+// smaller than the largest request the op made last time (or recorded, in a replay), a
+// block for each such request is taken, evicting or moving tensors as any request does
+// (the inputs may move then: they are pinned, not in use), and given back at once; the
+// kernel's requests then find them. Not with TMA, whose plans give each request its place.
+void Executor::room_for_scratch(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs) {
+  if (tma_ || opts_.policy == EvictPolicy::kNone) return;
+  std::span<const size_t> sizes = op.recorded_scratch();
+  if (!simulate_) {
+    auto it = scratch_sizes_.find(op_time_key(op, ins, outs));
+    if (it == scratch_sizes_.end()) return;
+    sizes = it->second;
+  }
+  const alloc::Region& region = device_.compute_region();
+  size_t largest = 0;
+  for (size_t b : sizes) largest = std::max(largest, alloc::round_up(b));
+  if (largest == 0 || region.largest_free() >= largest) return;
+  absl::InlinedVector<alloc::Block, 2> taken;
+  for (size_t b : sizes) {
+    auto got = allocate(b, [&] { return absl::StrCat("op ", op.name(), ": room for its scratch"); });
+    if (!got.ok()) break;  // the kernel's own request will say what is wrong
+    taken.push_back(*got);
+  }
+  for (const alloc::Block& b : taken) free_compute(b);
 }
 
 // collect_timers: the asynchronous device's finished op timings become their paths'

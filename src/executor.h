@@ -147,6 +147,11 @@ class Executor final : private evict::Host {
   int iteration_marks_ = 0;
   std::string tuning_;
   void tune_score_now();
+  // room_for_scratch: before op's kernel runs, while its inputs may still move, a block for
+  // each scratch request it made last time (the recorded ones in a replay) is taken and
+  // given back. Note [Room for scratch]
+  void room_for_scratch(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs);
+  void remember_scratch(uint64_t key);  // scratch_sizes_[key] = last_scratch_
   // traced: f(writer) for the trace file and the in-memory record, those being written.
   template <class F>
   void traced(F&& f) {
@@ -185,6 +190,9 @@ class Executor final : private evict::Host {
   static uint64_t op_time_key(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs);
   double provisional_us(uint64_t key, double work) const;
   static constexpr size_t kMaxOpTimes = size_t{1} << 16;
+  // key -> the scratch requests of the op's last run (eviction on, a real device; cleared
+  // past kMaxOpTimes keys): what room_for_scratch makes room for.
+  absl::flat_hash_map<uint64_t, absl::InlinedVector<size_t, 2>> scratch_sizes_;
   absl::flat_hash_map<uint64_t, double> op_times_;  // key -> last measured microseconds
   double timed_us_ = 0, timed_work_ = 0;            // the measured runs' totals
   double last_provisional_us_ = 0;                  // the last op run's, for its path

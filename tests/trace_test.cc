@@ -489,6 +489,36 @@ TEST(TraceRegeneration, AnOpsResidentInputStaysWhileAnotherIsRegenerated) {
   std::remove(path.c_str());
 }
 
+// Note [Room for scratch] in src/executor.cc. A 4 MiB region, no budget: X, Y, W of 1 MiB
+// at [0, 1), [1, 2), [2, 3) MiB; X and W released, so 3 MiB are free in two pieces around
+// Y. relu(Y)'s 0.5 MiB output goes to [0, 0.5), and its kernel asks 2.5 MiB of scratch:
+// 2.5 MiB are free but the largest block is 2 MiB, and while the kernel runs Y cannot
+// move (nor the output, nor anything be evicted). Made room for before the kernel runs,
+// Y slides down and the request is met; without it the replay ran out of memory.
+TEST(TraceRegeneration, ScratchFindsItsBlockWhereTheInputsCouldMove) {
+  const std::string path = temp_path("scratch-room.jsonl");
+  {
+    std::ofstream f(path);
+    f << R"({"mtc_trace":1,"device":"cpu","compute_bytes":4194304,"comm_bytes":0,"budget_bytes":0,"bytes_per_us":1000})"
+      << "\n";
+    for (int id : {1, 2, 3}) f << R"({"e":"put","id":)" << id << R"(,"shape":[262144],"dtype":"f32"})" << "\n";
+    f << R"({"e":"release","id":1})" << "\n" << R"({"e":"release","id":3})" << "\n";
+    f << R"({"e":"op","op":"relu","in":[2],"out":[4],"shapes":[[131072]],"dtypes":["f32"],"us":10,)"
+      << R"("scratch":[2621440]})" << "\n";
+  }
+  auto trace = load_trace(path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EvictOptions ev;
+  ev.mode = EvictMode::kDrop;
+  auto r = replay(*trace, ev, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->error.empty()) << r->error;
+  EXPECT_FALSE(r->out_of_memory);
+  EXPECT_EQ(r->stats.compactions, 1u);
+  EXPECT_EQ(r->stats.moved_bytes, 1048576u) << "Y alone moved";
+  std::remove(path.c_str());
+}
+
 // Note [Recompute cycles] in evict/engine.cc. Drop mode, a budget of `slots` 256 KiB
 // tensors: x (a Put), y = relu(x), dear; per i, g_i = relu(y) and h_i = relu(g_i), cheap;
 // y and the g_i released (recompute sources); fillers relu(x), dearer still, crowd out
