@@ -56,15 +56,25 @@ constexpr uint64_t kUnplaced = std::numeric_limits<uint64_t>::max();  // offset 
 // recurses once per buffer.
 constexpr int kSearchMaxBuffers = 20000;
 constexpr uint64_t kSearchMaxOverlaps = 16'000'000;  // pairs of buffers live at once
-// The time plan() keeps back from its methods besides 0.6 us a buffer: the search reads
+// The time plan() keeps back from its methods besides kReservePerBuffer: the search reads
 // the clock every 256 nodes on problems up to 2,000 buffers and its threads then join
 // (MiniMalloc's B, D, E, G, H ended 0.3-0.9 ms past a 1 s limit with none).
 constexpr double kReserveSec = 1.5e-3;
+// And per buffer, for keeping and checking the plan after its methods stop: validate()
+// took 0.57-0.63 us a buffer on the 30,000 and 60,000 of tma_transformer.sh (17 and 35-38
+// ms, 2026-12-01), where 0.6 us was counted and runs ended 2-43 ms past a 1 s limit.
+constexpr double kReservePerBuffer = 1e-6;
 // The most of the limit that reserve takes: the methods keep at least three quarters. At a
 // twentieth, tma_plan_bench's 300,000 buffers (a 2 s limit, 9,335 pieces in time, one of
 // them 267,789 buffers) ended at 2.05 s; at a quarter 1.86 s, with the same plan. Up to
-// about 80,000 buffers at 1 s the reserve is the same either way.
+// about 48,000 buffers at 1 s the reserve is the same either way.
 constexpr double kReserveShare = 0.25;
+
+// reserve_sec: the seconds plan() keeps back from its methods on n buffers at `limit`.
+double reserve_sec(double limit, size_t n) {
+  return std::min(kReserveShare * limit, kReserveSec + kReservePerBuffer * static_cast<double>(n));
+}
+
 // Local improvement runs on problems of at least this many buffers (below, the search).
 constexpr int kImproveMinBuffers = 1000;
 // Freeing the search's candidate stack when it stops: 2.0 ms for 8 MiB, 4.3 and 6.9 ms for
@@ -481,11 +491,17 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace) {
   std::vector<uint64_t> off(p.n, kUnplaced);
   PlacedIndex index(p.cliques, p.n);
   std::vector<std::pair<uint64_t, uint64_t>> busy;  // [offset, end) of overlapping placed
+  // Its steps are the pairs of buffers live at once, each met when the second of the two is
+  // placed (Note [Time by progress]); by buffers, the pace said "go on" on the large first
+  // and the later ones, each among more placed, came slower: on tma_trace_gen's packed
+  // 30,000 at a 1 s limit it gave up after 0.52 s.
+  uint64_t pairs = 0;
   for (int k = 0; k < p.n; ++k) {
-    if ((k & 15) == 15 && pace.hopeless(k, p.n)) return {};
+    if ((k & 15) == 15 && pace.hopeless(pairs, p.overlaps)) return {};
     const int b = order[k];
     busy.clear();
     index.collect(p.first[b], p.last[b], [&](int o) { busy.push_back({off[o], off[o] + p.size[o]}); });
+    pairs += busy.size();
     off[b] = lowest_fit(busy, p.size[b]);
     index.insert(b, p.first[b], p.last[b]);
   }
@@ -523,6 +539,13 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace) {
 //    the level, and a binary heap of the levels), and a level's list, sorted by rank, is
 //    taken in one go: nothing joins a level once it is taken. That replaced a radix heap of
 //    (floor, rank) keys, whose redistributions took a third of the time.
+//  - A level's list is already in rank order but for a few joins: each level taken adds
+//    its stale buffers in rank order, and there 12,091 lists of 17.2 M buffers held 13,138
+//    ascending runs. Merging the runs (sort_runs) instead of sorting the list, and one
+//    hash look-up per run of stale buffers that go to one floor, took the skyline by ZS
+//    there from 1.12-1.19 s to 0.57-0.71 s (2026-12-01, four interleaved rounds; std::sort
+//    was a quarter of plan()'s time at a 1 s limit, where the skyline missed the limit and
+//    the rules' 1.1158x was kept).
 
 // Floors: each clique's floor, with range maxima (Note [Skyline speed]). Two levels of
 // blocks of 64: cliques in blocks, blocks in superblocks. Each level keeps, per element,
@@ -622,6 +645,29 @@ class Floors {
   std::vector<int64_t> super_, super_all_;       // per superblock: its highest floor; the largest whole raise
 };
 
+// sort_runs: sorts v, which is a few ascending runs end to end (a level's list: each level
+// taken adds its buffers in rank order; Note [Skyline speed]), merging neighbouring runs
+// in passes through `scratch`: O(n log runs) where std::sort is O(n log n).
+void sort_runs(std::vector<int>& v, std::vector<int>& scratch) {
+  std::vector<size_t> runs{0};  // where each run starts
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (v[i] < v[i - 1]) runs.push_back(i);
+  }
+  while (runs.size() > 1) {
+    scratch.resize(v.size());
+    std::vector<size_t> next;
+    for (size_t k = 0; k < runs.size(); k += 2) {
+      const size_t a = runs[k], b = k + 1 < runs.size() ? runs[k + 1] : v.size();
+      const size_t e = k + 2 < runs.size() ? runs[k + 2] : v.size();
+      auto at = [](std::vector<int>& x, size_t i) { return x.begin() + static_cast<std::ptrdiff_t>(i); };
+      std::merge(at(v, a), at(v, b), at(v, b), at(v, e), at(scratch, a));
+      next.push_back(a);
+    }
+    v.swap(scratch);
+    runs.swap(next);
+  }
+}
+
 // skyline: at the deadline (less the time that takes), the buffers not yet placed go at
 // their floors in rank order (valid, and quick: one range query and one raise each), so a
 // skyline cut short still gives a plan, its first part the skyline's own. Empty when the
@@ -639,13 +685,16 @@ std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, co
   std::iota(all.begin(), all.end(), 0);
   levels.push_back(0);
   uint64_t placed = 0, looks = 0;
-  std::vector<int> now;
+  std::vector<int> now, merged;
+  uint64_t last_floor = 0;               // the floor last looked up in `waiting` (0: none)
+  std::vector<int>* last_list = nullptr;  // its list
   while (!levels.empty()) {
     std::pop_heap(levels.begin(), levels.end(), std::greater<>());
     const uint64_t level = levels.back();
     levels.pop_back();
     now = std::move(waiting.extract(level).mapped());
-    std::sort(now.begin(), now.end());
+    sort_runs(now, merged);
+    last_floor = 0;  // none: a stale buffer's floor is above `level`, so never 0
     for (const int r : now) {
       // Late: the deadline comes before the buffers left could be put at their floors
       // (about half a microsecond each on 60,000 buffers; a microsecond is counted).
@@ -665,12 +714,16 @@ std::vector<uint64_t> skyline(const Problem& p, const std::vector<int>& rank, co
       const int b = by_rank[r];
       const uint64_t floor = floors.max(p.first[b], p.last[b]);
       if (floor > level) {  // stale: wait at the floor it has now
-        auto [it, fresh] = waiting.try_emplace(floor);
-        if (fresh) {
-          levels.push_back(floor);
-          std::push_heap(levels.begin(), levels.end(), std::greater<>());
+        if (floor != last_floor) {  // runs of them go to one floor: one look-up for the run
+          auto [it, fresh] = waiting.try_emplace(floor);
+          if (fresh) {
+            levels.push_back(floor);
+            std::push_heap(levels.begin(), levels.end(), std::greater<>());
+          }
+          last_floor = floor;
+          last_list = &it->second;  // stays valid until the next insertion, which sets it anew
         }
-        it->second.push_back(r);
+        last_list->push_back(r);
         continue;
       }
       off[b] = floor;
@@ -1755,7 +1808,7 @@ absl::StatusOr<PlanResult> plan_in_pieces(const std::vector<PlanBuffer>& buffers
                                           const std::vector<std::vector<int>>& pieces, Clock::time_point t0) {
   const double limit = std::min(options.time_limit_sec, 1e7);
   // As in plan_whole: room for assembling and checking the whole plan after the pieces.
-  const double reserve = std::min(kReserveShare * limit, kReserveSec + 6e-7 * static_cast<double>(buffers.size()));
+  const double reserve = reserve_sec(limit, buffers.size());
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   auto left = [&] { return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()); };
@@ -1869,10 +1922,9 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
                                       Clock::time_point t0, bool search, bool halfway) {
   const double limit = std::min(options.time_limit_sec, 1e7);
   const int n = static_cast<int>(buffers.size());
-  // The methods stop early enough for what follows them (keeping and checking the plan:
-  // about 0.5 us a buffer on 60,000; the search's threads finishing their last nodes and
-  // joining), at most a quarter of the limit before it.
-  const double reserve = std::min(kReserveShare * limit, kReserveSec + 6e-7 * n);
+  // The methods stop early enough for what follows them (keeping and checking the plan;
+  // the search's threads finishing their last nodes and joining).
+  const double reserve = reserve_sec(limit, buffers.size());
   const Clock::time_point deadline =
       t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit - reserve));
   PlanResult res;
