@@ -251,10 +251,11 @@ absl::Status Executor::execute(ApplyOp& c) {
   //    [Compaction], evict/engine.cc).
   absl::InlinedVector<TensorView, 4> in_views;
   for (TensorRecord* r : ins) in_views.push_back(TensorView{nullptr, &r->desc});
-  room_for_scratch(op, in_views, out_views);
+  const uint64_t key = run_key(op, in_views, out_views);
+  room_for_scratch(op, key);
   for (size_t i = 0; i < ins.size(); ++i) in_views[i].data = data(*ins[i]);
   double us = 0;
-  if (absl::Status s = run(path, in_views, out_views, /*recomputing=*/false, &us); !s.ok()) {
+  if (absl::Status s = run(path, in_views, out_views, key, /*recomputing=*/false, &us); !s.ok()) {
     free_outputs();
     return absl::Status(s.code(), absl::StrCat(context(), ": ", s.message()));
   }
@@ -377,9 +378,10 @@ absl::Status Executor::rerun(const std::shared_ptr<ComputePath>& path, std::span
   }
   // 4. The kernel, on the inputs where they are now (allocating the outputs and the room
   //    for its scratch may have moved them: Note [Compaction], evict/engine.cc).
-  room_for_scratch(op, in_views, out_views);
+  const uint64_t key = run_key(op, in_views, out_views);
+  room_for_scratch(op, key);
   for (size_t i = 0; i < ins.size(); ++i) in_views[i].data = data(*ins[i]);
-  if (absl::Status s = run(path, in_views, out_views, /*recomputing=*/true, &out.us); !s.ok()) {
+  if (absl::Status s = run(path, in_views, out_views, key, /*recomputing=*/true, &out.us); !s.ok()) {
     free_blocks();
     return s;
   }
@@ -633,8 +635,13 @@ absl::Status Executor::out_of_memory(size_t size, const std::function<std::strin
 
 // ---- kernels ----
 
+uint64_t Executor::run_key(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs) const {
+  if (simulate_ || (opts_.policy == EvictPolicy::kNone && !device_.async_kernels())) return 0;
+  return op_time_key(op, ins, outs);
+}
+
 absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<const TensorView> ins,
-                           std::span<const TensorView> outs, bool recomputing, double* us) {
+                           std::span<const TensorView> outs, uint64_t key, bool recomputing, double* us) {
   const OpDef& op = *path->op;
   if (simulate_) {  // the recorded time, and the recorded scratch held meanwhile
     *us = std::max(0.0, op.recorded_us());
@@ -662,7 +669,6 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
     for (const TensorView& v : outs) out_d.push_back(*v.desc);
     const OpCost cost = op.cost(in_d, out_d);
     const double work = cost.flops + cost.bytes_read + cost.bytes_written;
-    const uint64_t key = op_time_key(op, ins, outs);
     last_provisional_us_ = provisional_us(key, work);
     if (timer != 0) {  // 0: untimed
       PendingTimer& t = pending_timers_[timer];
@@ -688,7 +694,7 @@ absl::Status Executor::run(const std::shared_ptr<ComputePath>& path, std::span<c
   *us = us_since(t0);
   if (chrome_) chrome_->span(op.name(), recomputing ? "recompute" : "op", t0, *us);
   last_scratch_.assign(ctx.sizes().begin(), ctx.sizes().end());
-  if (opts_.policy != EvictPolicy::kNone) remember_scratch(op_time_key(op, ins, outs));
+  if (opts_.policy != EvictPolicy::kNone) remember_scratch(key);
   return s;
 }
 
@@ -709,11 +715,11 @@ void Executor::remember_scratch(uint64_t key) {
 // block for each such request is taken, evicting or moving tensors as any request does
 // (the inputs may move then: they are pinned, not in use), and given back at once; the
 // kernel's requests then find them. Not with TMA, whose plans give each request its place.
-void Executor::room_for_scratch(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs) {
+void Executor::room_for_scratch(const OpDef& op, uint64_t key) {
   if (tma_ || opts_.policy == EvictPolicy::kNone) return;
   std::span<const size_t> sizes = op.recorded_scratch();
   if (!simulate_) {
-    auto it = scratch_sizes_.find(op_time_key(op, ins, outs));
+    auto it = scratch_sizes_.find(key);
     if (it == scratch_sizes_.end()) return;
     sizes = it->second;
   }

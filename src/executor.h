@@ -110,9 +110,12 @@ class Executor final : private evict::Host {
   absl::Status out_of_memory(size_t size, const std::function<std::string()>& who, Request request) const;
   // run: executes path's op on resident inputs into `outs`, timing it: *us is the host
   // time; on an asynchronous device it is 0, and the op's time reaches path->compute_us
-  // and the stats when its timer is collected.
+  // and the stats when its timer is collected. `key`: run_key's, for the same views.
   absl::Status run(const std::shared_ptr<ComputePath>& path, std::span<const TensorView> ins,
-                   std::span<const TensorView> outs, bool recomputing, double* us);
+                   std::span<const TensorView> outs, uint64_t key, bool recomputing, double* us);
+  // run_key: op_time_key of an op run, computed once for room_for_scratch and run, where
+  // they read it (a real device with eviction on, or asynchronous kernels); else 0.
+  uint64_t run_key(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs) const;
   std::byte* data(const TensorRecord& r) override {
     return r.in_comm ? device_.comm_ptr(r.block) : device_.compute_ptr(r.block);
   }
@@ -150,7 +153,7 @@ class Executor final : private evict::Host {
   // room_for_scratch: before op's kernel runs, while its inputs may still move, a block for
   // each scratch request it made last time (the recorded ones in a replay) is taken and
   // given back. Note [Room for scratch]
-  void room_for_scratch(const OpDef& op, std::span<const TensorView> ins, std::span<const TensorView> outs);
+  void room_for_scratch(const OpDef& op, uint64_t key);  // key: run_key's
   void remember_scratch(uint64_t key);  // scratch_sizes_[key] = last_scratch_
   // traced: f(writer) for the trace file and the in-memory record, those being written.
   template <class F>
