@@ -92,8 +92,12 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers,
 // Each returns offsets (valid, aligned) and runs to the end, however long that takes
 // (plan_skyline: unless given a time limit).
 std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, size_t alignment = 1);
-std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers,
-                                        size_t alignment = 1);
+// plan_greedy_by_size: largest first, each at the lowest offset where it fits; buffers of
+// one size the longest lived first (TFLite's), or the latest to end first (Note [Greedy's
+// ties] in plan.cc). plan() runs both.
+enum class GreedyTies { kLongestFirst, kLatestEndFirst };
+std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers, size_t alignment = 1,
+                                        GreedyTies ties = GreedyTies::kLongestFirst);
 // plan_improved: local improvement (Note [Local improvement] in plan.cc) of the valid plan
 // `start` for `time_limit_sec` seconds or max_moves moves (0: no limit), whichever ends
 // first; moves_kept (when given) set to the moves it kept. A valid plan whose peak is at

@@ -28,7 +28,8 @@ ABSL_FLAG(std::string, target_peak, "0",
 ABSL_FLAG(std::string, alignment, "1", "bytes: every offset is a multiple of this");
 ABSL_FLAG(std::string, threads, "1", "searches run at once, the preorders' searches taking turns on them (0: one per core)");
 ABSL_FLAG(std::string, method, "all",
-          "all (plan(): every method, the best kept), or one heuristic alone: rules, greedy, skyline");
+          "all (plan(): every method, the best kept), or one heuristic alone: rules, greedy (ties: the "
+          "longest lived first), greedy_end (ties: the latest end first), skyline");
 
 namespace mtc {
 namespace {
@@ -63,8 +64,8 @@ int run() {
     fail(kBadInput, absl::StrCat("--threads '", threads, "': expected a count from 1 to 1024, or 0 for one per core"));
   }
   const std::string method = absl::GetFlag(FLAGS_method);
-  if (method != "all" && method != "rules" && method != "greedy" && method != "skyline") {
-    fail(kBadInput, absl::StrCat("--method '", method, "': expected all, rules, greedy or skyline"));
+  if (method != "all" && method != "rules" && method != "greedy" && method != "greedy_end" && method != "skyline") {
+    fail(kBadInput, absl::StrCat("--method '", method, "': expected all, rules, greedy, greedy_end or skyline"));
   }
 
   struct stat st;
@@ -103,7 +104,9 @@ int run() {
     const auto t0 = std::chrono::steady_clock::now();
     result.offsets = method == "rules"    ? alloc::plan_paper_rules(buffers, options.alignment)
                      : method == "greedy" ? alloc::plan_greedy_by_size(buffers, options.alignment)
-                                          : alloc::plan_skyline(buffers, options.alignment);
+                     : method == "greedy_end"
+                         ? alloc::plan_greedy_by_size(buffers, options.alignment, alloc::GreedyTies::kLatestEndFirst)
+                         : alloc::plan_skyline(buffers, options.alignment);
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.peak = alloc::peak_of(buffers, result.offsets);
     result.lower_bound = alloc::lower_bound(buffers);
