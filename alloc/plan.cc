@@ -485,18 +485,26 @@ uint64_t lowest_fit(std::vector<std::pair<uint64_t, uint64_t>>& busy, uint64_t s
 }
 
 // Note [Greedy's ties]
-// Greedy by size places the buffers of one size in one of two orders, and plan() runs
-// both: TFLite's, the longest lived first; and the latest to end first (then the earliest
-// to start). On buffers of one size the second is interval colouring in the left-edge
-// order run backwards in time, which needs no more slots than are live at once: it peaks
-// at the lower bound (PlanProperties.GreedyLatestEndFirstPlacesBuffersOfOneSizeAtTheBound),
-// where the first does not always. On a training trace it is a stack's order: of the
-// activations of one size, those freed last (the first layers') go lowest. Where copies
-// of one pass are in flight at once it is the better by far: on micro-batches of vit_tiny
-// in flight greedy by size gave 1.0372x the lower bound the first way and 1.0001x the
-// second (10,160 buffers; 30,226: 1.0363x and 1.0046x; 60,198: 1.0306x and 1.0060x), where
-// every skyline stayed at 1.019x or above. It is not always the better: on MiniMalloc's B
-// and D it is 0.6% and 2.0% worse, on G and H 1.9% and 3.9% better, the same on the rest.
+// Greedy by size places the buffers of one size in one of three orders, and plan() runs
+// each in turn while time is left: the earliest start first (then the latest end), the
+// latest end first (then the earliest start), and TFLite's, the longest lived first. On
+// buffers of one size the first two are interval colouring in the left-edge order (run
+// forwards in time, or backwards), which needs no more slots than are ever live at once:
+// they peak at the lower bound
+// (PlanProperties.GreedyByStartOrEndPlacesBuffersOfOneSizeAtTheBound), where the third
+// does not always. On a training trace they follow the allocations' order, or a stack's:
+// of the activations of one size, those freed last (the first layers') go lowest. Where
+// copies of one pass are in flight at once they are the better by far. On micro-batches
+// of vit_tiny in flight greedy by size gave, the longest lived first / the earliest start
+// first / the latest end first:
+//   10,160 buffers: 1.0372x / 1.0077x / 1.0001x the lower bound
+//   30,226 buffers: 1.0363x / 1.0062x / 1.0046x
+//   60,198 buffers: 1.0306x / 1.0000x / 1.0060x
+// where every skyline stayed at 1.019x or above. Which of the two is better is not known
+// before, so both run. The earliest start first goes first: at 60,198 buffers each takes
+// about 0.5 s, so at a 1 s limit only one runs after the skyline by ZS. TFLite's is not
+// always the worse: on MiniMalloc's B and D the latest end first is 0.6% and 2.0% above
+// it, on G and H 1.9% and 3.9% below; the same on the other seven.
 //
 // greedy_by_size: empty when the pace says it cannot finish in time.
 std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyTies ties) {
@@ -507,6 +515,9 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyT
     if (ties == GreedyTies::kLatestEndFirst) {
       if (p.upper[a] != p.upper[b]) return p.upper[a] > p.upper[b];
       if (p.lower[a] != p.lower[b]) return p.lower[a] < p.lower[b];
+    } else if (ties == GreedyTies::kEarliestStartFirst) {
+      if (p.lower[a] != p.lower[b]) return p.lower[a] < p.lower[b];
+      if (p.upper[a] != p.upper[b]) return p.upper[a] > p.upper[b];
     } else if (p.length[a] != p.length[b]) {
       return p.length[a] > p.length[b];
     }
@@ -2013,15 +2024,26 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     zs = preorder(p, kSkylineFirst);
     consider(skyline(p, zs, q), "skyline");
   }
-  // Greedy by size with each of its ties (Note [Greedy's ties]), the latest end first; the
-  // better plan and its peak are kept for local improvement below. When the first gives up
-  // (its pace), so would the second, with as many pairs to meet: it is not started.
+  // Greedy by size with each of its ties in turn (Note [Greedy's ties]); the best plan and
+  // its peak are kept for local improvement below. Each may take nine tenths of the time
+  // left, no more (but at least the millisecond every method gets): on the packed 60,000 at
+  // 5 s one pass ran to 4.94 s for 1.3256x, where the skyline by SZ after it gives 1.2583x
+  // (three quarters cut short the first pass on vit_tiny's 60,198 at 1 s, which reaches
+  // the bound in 0.5-0.7 s on this machine).
+  // Past 2,000 buffers, when one gives up (its pace), so would the next, with as many pairs
+  // to meet: it is not started. On fewer, a pass that gave up was descheduled, not slow.
   std::vector<uint64_t> greedy;
   size_t greedy_peak = std::numeric_limits<size_t>::max();
-  for (GreedyTies ties : {GreedyTies::kLatestEndFirst, GreedyTies::kLongestFirst}) {
+  for (GreedyTies ties : {GreedyTies::kEarliestStartFirst, GreedyTies::kLatestEndFirst, GreedyTies::kLongestFirst}) {
     if (done()) break;
-    std::vector<uint64_t> off = greedy_by_size(p, pace(), ties);
-    if (off.empty()) break;
+    Pace q = pace();
+    const Clock::duration floor = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(floor_sec));
+    q.deadline = std::max(q.start + (q.deadline - q.start) * 9 / 10, q.start + floor);
+    std::vector<uint64_t> off = greedy_by_size(p, q, ties);
+    if (off.empty()) {
+      if (n > 2000) break;
+      continue;
+    }
     const size_t peak = consider(off, "greedy");
     if (peak < greedy_peak) {
       greedy = std::move(off);

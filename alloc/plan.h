@@ -93,9 +93,9 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers,
 // (plan_skyline: unless given a time limit).
 std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, size_t alignment = 1);
 // plan_greedy_by_size: largest first, each at the lowest offset where it fits; buffers of
-// one size the longest lived first (TFLite's), or the latest to end first (Note [Greedy's
-// ties] in plan.cc). plan() runs both.
-enum class GreedyTies { kLongestFirst, kLatestEndFirst };
+// one size the longest lived first (TFLite's), the latest to end first, or the earliest to
+// start first (Note [Greedy's ties] in plan.cc). plan() runs all three.
+enum class GreedyTies { kLongestFirst, kLatestEndFirst, kEarliestStartFirst };
 std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers, size_t alignment = 1,
                                         GreedyTies ties = GreedyTies::kLongestFirst);
 // plan_improved: local improvement (Note [Local improvement] in plan.cc) of the valid plan

@@ -29,7 +29,9 @@ ABSL_FLAG(std::string, alignment, "1", "bytes: every offset is a multiple of thi
 ABSL_FLAG(std::string, threads, "1", "searches run at once, the preorders' searches taking turns on them (0: one per core)");
 ABSL_FLAG(std::string, method, "all",
           "all (plan(): every method, the best kept), or one heuristic alone: rules, greedy (ties: the "
-          "longest lived first), greedy_end (ties: the latest end first), skyline");
+          "longest lived first), greedy_end (ties: the latest end first), greedy_start (ties: the earliest "
+          "start first), "
+          "skyline");
 
 namespace mtc {
 namespace {
@@ -64,8 +66,10 @@ int run() {
     fail(kBadInput, absl::StrCat("--threads '", threads, "': expected a count from 1 to 1024, or 0 for one per core"));
   }
   const std::string method = absl::GetFlag(FLAGS_method);
-  if (method != "all" && method != "rules" && method != "greedy" && method != "greedy_end" && method != "skyline") {
-    fail(kBadInput, absl::StrCat("--method '", method, "': expected all, rules, greedy, greedy_end or skyline"));
+  if (method != "all" && method != "rules" && method != "greedy" && method != "greedy_end" &&
+      method != "greedy_start" && method != "skyline") {
+    fail(kBadInput,
+         absl::StrCat("--method '", method, "': expected all, rules, greedy, greedy_end, greedy_start or skyline"));
   }
 
   struct stat st;
@@ -102,11 +106,17 @@ int run() {
     result = *std::move(r);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
-    result.offsets = method == "rules"    ? alloc::plan_paper_rules(buffers, options.alignment)
-                     : method == "greedy" ? alloc::plan_greedy_by_size(buffers, options.alignment)
-                     : method == "greedy_end"
-                         ? alloc::plan_greedy_by_size(buffers, options.alignment, alloc::GreedyTies::kLatestEndFirst)
-                         : alloc::plan_skyline(buffers, options.alignment);
+    using alloc::GreedyTies;
+    if (method == "rules") {
+      result.offsets = alloc::plan_paper_rules(buffers, options.alignment);
+    } else if (method == "skyline") {
+      result.offsets = alloc::plan_skyline(buffers, options.alignment);
+    } else {  // greedy, greedy_end, greedy_start
+      const GreedyTies ties = method == "greedy_end"     ? GreedyTies::kLatestEndFirst
+                              : method == "greedy_start" ? GreedyTies::kEarliestStartFirst
+                                                         : GreedyTies::kLongestFirst;
+      result.offsets = alloc::plan_greedy_by_size(buffers, options.alignment, ties);
+    }
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.peak = alloc::peak_of(buffers, result.offsets);
     result.lower_bound = alloc::lower_bound(buffers);

@@ -157,7 +157,8 @@ TEST(PlanProperties, TenThousandRandomTracesValidateAboveTheLowerBound) {
     // Each method alone is valid too.
     for (const std::vector<size_t>& off :
          {plan_paper_rules(b, alignment), plan_greedy_by_size(b, alignment),
-          plan_greedy_by_size(b, alignment, GreedyTies::kLatestEndFirst), plan_skyline(b, alignment)}) {
+          plan_greedy_by_size(b, alignment, GreedyTies::kLatestEndFirst),
+          plan_greedy_by_size(b, alignment, GreedyTies::kEarliestStartFirst), plan_skyline(b, alignment)}) {
       ASSERT_TRUE(brute_force_valid(b, off, alignment)) << "trace " << t;
       ASSERT_LE(r->peak, peak_of(b, off)) << "trace " << t << ": plan() kept a worse plan than a method alone";
     }
@@ -169,20 +170,23 @@ TEST(PlanProperties, TenThousandRandomTracesValidateAboveTheLowerBound) {
               searched, slowest);
 }
 
-// Note [Greedy's ties]: on buffers of one size, greedy by size with the latest end first is
-// interval colouring in the left-edge order run backwards in time, so it peaks at the lower
-// bound on every trace; TFLite's ties (the longest lived first) need not, and on some of
-// these traces do not (counted, so that the test is seen to tell the two apart).
-TEST(PlanProperties, GreedyLatestEndFirstPlacesBuffersOfOneSizeAtTheBound) {
+// Note [Greedy's ties]: on buffers of one size, greedy by size with the earliest start
+// first, or the latest end first, is interval colouring in the left-edge order (forwards in
+// time, or backwards), so it peaks at the lower bound on every trace; TFLite's ties (the
+// longest lived first) need not, and on some of these traces do not (counted, so that the
+// test is seen to tell them apart).
+TEST(PlanProperties, GreedyByStartOrEndPlacesBuffersOfOneSizeAtTheBound) {
   std::mt19937_64 rng(11);
   int longest_first_above = 0;
   for (int t = 0; t < 500; ++t) {
     std::vector<PlanBuffer> b = random_trace(rng, 10 + static_cast<int>(rng() % 200));
     const size_t size = 1 + rng() % 4096;
     for (PlanBuffer& x : b) x.size = size;
-    const std::vector<size_t> off = plan_greedy_by_size(b, 1, GreedyTies::kLatestEndFirst);
-    ASSERT_TRUE(validate(b, off, 1).ok()) << "trace " << t;
-    ASSERT_EQ(peak_of(b, off), lower_bound(b)) << "trace " << t;
+    for (GreedyTies ties : {GreedyTies::kEarliestStartFirst, GreedyTies::kLatestEndFirst}) {
+      const std::vector<size_t> off = plan_greedy_by_size(b, 1, ties);
+      ASSERT_TRUE(validate(b, off, 1).ok()) << "trace " << t;
+      ASSERT_EQ(peak_of(b, off), lower_bound(b)) << "trace " << t << ", ties " << static_cast<int>(ties);
+    }
     longest_first_above += peak_of(b, plan_greedy_by_size(b, 1)) > lower_bound(b);
   }
   std::printf("500 traces of one size: the longest lived first above the bound on %d\n", longest_first_above);
@@ -381,6 +385,7 @@ TEST(PlanProperties, LocalImprovementLowersAPlanAndKeepsItValid) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<std::vector<size_t>> alone = {rules, plan_greedy_by_size(b, 256),
                                                     plan_greedy_by_size(b, 256, GreedyTies::kLatestEndFirst),
+                                                    plan_greedy_by_size(b, 256, GreedyTies::kEarliestStartFirst),
                                                     plan_skyline(b, 256)};
     const double alone_sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     PlanOptions o;
@@ -878,7 +883,8 @@ TEST(PlanCli, BadFlagsExitTwoWithAClearError) {
       {"--in=" + in + " --time-limit=-1", "--time-limit '-1'"},
       {"--in=" + in + " --target-peak=1MiB", "--target-peak '1MiB': expected a whole number of bytes"},
       {"--in=" + in + " --alignment=0", "--alignment '0': expected a whole number of bytes >= 1"},
-      {"--in=" + in + " --method=best", "--method 'best': expected all, rules, greedy, greedy_end or skyline"},
+      {"--in=" + in + " --method=best",
+       "--method 'best': expected all, rules, greedy, greedy_end, greedy_start or skyline"},
       {"--in=" + in + " --frobnicate=1", "unknown flag --frobnicate"},
       {"--in=" + in + " extra", "unexpected argument 'extra'"},
       {"--in=" + temp_dir() + "/missing.csv", "--in " + temp_dir() + "/missing.csv: not found"},
