@@ -2028,8 +2028,8 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   // its peak are kept for local improvement below. Each may take nine tenths of the time
   // left, no more (but at least the millisecond every method gets): on the packed 60,000 at
   // 5 s one pass ran to 4.94 s for 1.3256x, where the skyline by SZ after it gives 1.2583x
-  // (three quarters cut short the first pass on vit_tiny's 60,198 at 1 s, which reaches
-  // the bound in 0.5-0.7 s on this machine).
+  // (at three quarters that pass was cut short on vit_tiny's 60,198 at 1 s, where it
+  // reaches the bound in 0.5-0.9 s on the development machine; docs/tma.md).
   // Past 2,000 buffers, when one gives up (its pace), so would the next, with as many pairs
   // to meet: it is not started. On fewer, a pass that gave up was descheduled, not slow.
   std::vector<uint64_t> greedy;

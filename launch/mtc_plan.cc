@@ -29,9 +29,8 @@ ABSL_FLAG(std::string, alignment, "1", "bytes: every offset is a multiple of thi
 ABSL_FLAG(std::string, threads, "1", "searches run at once, the preorders' searches taking turns on them (0: one per core)");
 ABSL_FLAG(std::string, method, "all",
           "all (plan(): every method, the best kept), or one heuristic alone: rules, greedy (ties: the "
-          "longest lived first), greedy_end (ties: the latest end first), greedy_start (ties: the earliest "
-          "start first), "
-          "skyline");
+          "longest lived first), greedy_end (ties: the latest end first), greedy_start (ties: the "
+          "earliest start first), skyline");
 
 namespace mtc {
 namespace {
