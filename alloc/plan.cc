@@ -2001,12 +2001,16 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   // while time is left, each of these paced by its own progress (Note [Time by progress]).
   // On tma_plan_bench's 60,000-buffer trace the first reaches the bound in 0.2 s, where
   // greedy by size takes 12 s for 1.00001x and the skyline by TWA 11 s.
+  // pace: a method's pace to the deadline, or to `share` of the time left (greedy by size's
+  // passes, below), and at least floor_sec either way.
   const double floor_sec = std::min(limit, 1e-3);
-  auto pace = [&] {
+  const Clock::duration least =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(floor_sec));
+  auto pace = [&](double share = 1.0) {
     Pace q;
     q.start = Clock::now();
-    q.deadline = std::max(deadline, q.start + std::chrono::duration_cast<Clock::duration>(
-                                                  std::chrono::duration<double>(floor_sec)));
+    const Clock::duration left = deadline - q.start;
+    q.deadline = q.start + std::max(std::chrono::duration_cast<Clock::duration>(left * share), least);
     q.may_give_up = true;
     return q;
   };
@@ -2036,10 +2040,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   size_t greedy_peak = std::numeric_limits<size_t>::max();
   for (GreedyTies ties : {GreedyTies::kEarliestStartFirst, GreedyTies::kLatestEndFirst, GreedyTies::kLongestFirst}) {
     if (done()) break;
-    Pace q = pace();
-    const Clock::duration floor = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(floor_sec));
-    q.deadline = std::max(q.start + (q.deadline - q.start) * 9 / 10, q.start + floor);
-    std::vector<uint64_t> off = greedy_by_size(p, q, ties);
+    std::vector<uint64_t> off = greedy_by_size(p, pace(0.9), ties);
     if (off.empty()) {
       if (n > 2000) break;
       continue;
