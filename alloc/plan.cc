@@ -212,6 +212,11 @@ struct Problem {
   std::vector<uint64_t> clique_bytes;  // rounded bytes live in each clique
   uint64_t lower_bound = 0;            // max of clique_bytes
   uint64_t overlaps = 0;               // pairs of buffers live at once
+  // Fixed buffers that the buffers of a window's problem must stay clear of (Note [Window
+  // search]; none elsewhere): buffer i's are walls[wall_start[i] .. wall_start[i + 1]),
+  // each [offset, end), by offset.
+  std::vector<int64_t> wall_start;
+  std::vector<std::pair<uint64_t, uint64_t>> walls;
 };
 
 // make_problem: one sweep over the events. A clique closes at an end that follows a start
@@ -505,9 +510,33 @@ uint64_t lowest_fit(std::vector<std::pair<uint64_t, uint64_t>>& busy, uint64_t s
 // about 0.5 s, so at a 1 s limit only one runs after the skyline by ZS. TFLite's is not
 // always the worse: on MiniMalloc's B and D the latest end first is 0.6% and 2.0% above
 // it, on G and H 1.9% and 3.9% below; the same on the other seven.
-//
-// greedy_by_size: empty when the pace says it cannot finish in time.
-std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyTies ties) {
+
+// Note [Greedy's repairs]
+// Greedy by size places the largest first, and what it places early it never moves. On
+// vit_tiny's micro-batches in flight (30,226 buffers) its plan with the latest end first is
+// 0.46% above the bound, and the cause is in the buffers of 1 MiB and more: placed, they
+// take 161 MiB where their own bound is 160, one 1 MiB buffer of four ticks above the
+// rest, and the smaller ones then stack above the hole that left. So with repairs (plan(),
+// on 1,000 buffers or more), at the end of each size the placed buffers' own bound is
+// taken (their load by clique, summed from differences), and where their top is above it
+// a window search (Note [Window search]) re-plans the buffers around those on top at that
+// bound before the next size is placed. On that trace the repair after the 1 MiB buffers
+// lifts 33 and finds their plan in 36 search nodes; the rest then reach the lower bound
+// (1.0000x, from 1.0046x). A repair that keeps nothing is not tried again until the top or
+// the bound has risen; the load is summed only once a sixteenth of the cliques' count of
+// buffers was placed since the last look (an instance of many sizes would sum it at every
+// buffer); repairs take at most 1 / kRepairShare of the pass's time, and only what its
+// placements left do not need at their rate so far. (The load kept in a segment tree
+// instead, updated at every placement, made the first sizes of vit_tiny's 60,198 place 1.6
+// times slower, and the pass's pace gave up at 1 s.) The pace does not count the repairs.
+constexpr int kRepairShare = 4;
+
+std::vector<uint64_t> window_search(const Problem& p, std::vector<uint64_t> off, uint64_t goal,
+                                    Clock::time_point deadline, int64_t* kept);
+
+// greedy_by_size: empty when the pace says it cannot finish in time. repair: with greedy's
+// repairs (Note [Greedy's repairs]).
+std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyTies ties, bool repair = false) {
   std::vector<int> order(p.n);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -536,7 +565,56 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyT
   Pace q = pace;
   q.start = Clock::now();
   uint64_t pairs = 0;
-  for (int k = 0; k < p.n; ++k) {
+  // Repairs (Note [Greedy's repairs]): the placed buffers' top, their load by clique (as
+  // differences, summed only where a repair may run), and the time repairs may take.
+  std::vector<int64_t> diff(repair ? p.cliques + 1 : 0, 0);
+  uint64_t top = 0;
+  int since = 0;  // buffers placed since the load was last summed
+  const Clock::duration repair_budget = (q.deadline - q.start) / kRepairShare;
+  Clock::duration repair_spent{0};
+  uint64_t failed_top = 0, failed_bound = 0;  // the last repair that kept nothing: not tried again
+  std::vector<uint64_t> unrepaired;  // the plan before the first repair kept,
+  int unrepaired_k = -1;             // with this many buffers placed
+  for (int k = 0; k <= p.n; ++k) {
+    // At the end of a size, if enough was placed since the last look to pay for summing
+    // the load (a look per cliques / 16 buffers), and repairs have time left.
+    if (repair && k > 0 && (k == p.n || (p.size[order[k]] != p.size[order[k - 1]] && 16 * since >= p.cliques)) &&
+        repair_spent < repair_budget) {
+      const Clock::time_point t = Clock::now();
+      since = 0;
+      int64_t run = 0, most = 0;
+      for (int c = 0; c < p.cliques; ++c) most = std::max(most, run += diff[c]);
+      const uint64_t bound = static_cast<uint64_t>(most);
+      // The time a repair may take: its share not yet spent, less what the placements
+      // left need at their rate so far, with a quarter to spare.
+      Clock::duration room = std::min(q.deadline - t, repair_budget - repair_spent);
+      if (pairs > 0) {
+        const double rest = static_cast<double>(p.overlaps - pairs) / static_cast<double>(pairs);
+        const auto need = std::chrono::duration_cast<Clock::duration>((t - q.start) * rest * 1.25);
+        room = std::min(room, q.deadline - t - need);
+      }
+      if (top > bound && (top > failed_top || bound > failed_bound) && room > Clock::duration::zero()) {
+        int64_t kept = 0;
+        std::vector<uint64_t> repaired = window_search(p, off, bound, t + room, &kept);
+        if (kept > 0) {
+          if (unrepaired_k < 0) {
+            unrepaired = std::move(off);
+            unrepaired_k = k;
+          }
+          off = std::move(repaired);
+          top = 0;
+          for (int j = 0; j < k; ++j) top = std::max(top, off[order[j]] + p.size[order[j]]);
+        }
+        if (top > bound) {
+          failed_top = top;
+          failed_bound = bound;
+        }
+      }
+      const Clock::duration spent = Clock::now() - t;
+      repair_spent += spent;
+      q.start += spent;  // the pace measures the placements alone
+    }
+    if (k == p.n) break;
     if ((k & 15) == 15 && q.hopeless(pairs, p.overlaps)) return {};
     const int b = order[k];
     busy.clear();
@@ -544,6 +622,34 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyT
     pairs += busy.size();
     off[b] = lowest_fit(busy, p.size[b]);
     index.insert(b, p.first[b], p.last[b]);
+    if (repair) {
+      top = std::max(top, off[b] + p.size[b]);
+      diff[p.first[b]] += static_cast<int64_t>(p.size[b]);
+      diff[p.last[b]] -= static_cast<int64_t>(p.size[b]);
+      ++since;
+    }
+  }
+  // A repair can leave the sizes after it worse placed (Note [Greedy's repairs]): when the
+  // plan is above the lower bound, the placements also go on from the plan before the first
+  // repair kept, without repairs, by the deadline, and the lower of the two is kept.
+  if (unrepaired_k >= 0 && top > p.lower_bound) {
+    PlacedIndex again(p.cliques, p.n);
+    uint64_t plain_top = 0;
+    for (int k = 0; k < unrepaired_k; ++k) {
+      const int b = order[k];
+      again.insert(b, p.first[b], p.last[b]);
+      plain_top = std::max(plain_top, unrepaired[b] + p.size[b]);
+    }
+    for (int k = unrepaired_k; k < p.n; ++k) {
+      if ((k & 15) == 15 && Clock::now() > q.deadline) return off;
+      const int b = order[k];
+      busy.clear();
+      again.collect(p.first[b], p.last[b], [&](int o) { busy.push_back({unrepaired[o], unrepaired[o] + p.size[o]}); });
+      unrepaired[b] = lowest_fit(busy, p.size[b]);
+      again.insert(b, p.first[b], p.last[b]);
+      plain_top = std::max(plain_top, unrepaired[b] + p.size[b]);
+    }
+    if (plain_top < top) return unrepaired;
   }
   return off;
 }
@@ -1296,6 +1402,10 @@ class BranchAndBound {
     off_.assign(p.n, kUnplaced);
     solution_.assign(p.n, kUnplaced);
     minoff_.assign(p.n, 0);
+    walled_ = !p.walls.empty();
+    if (walled_) {
+      for (int i = 0; i < p.n; ++i) minoff_[i] = floor_at(i, 0);
+    }
     rank_.assign(p.n, 0);
     total_ = p.clique_bytes;
     low_.assign(p.cliques, kUnplaced);
@@ -1543,6 +1653,18 @@ class BranchAndBound {
     return result;
   }
 
+  // floor_at: the lowest offset at or above h where buffer v clears its walls (a window's
+  // problem: walled_).
+  uint64_t floor_at(int v, uint64_t h) const {
+    const Problem& p = p_;
+    for (int64_t k = p.wall_start[v]; k < p.wall_start[v + 1]; ++k) {
+      const auto& [a, e] = p.walls[k];
+      if (a >= h + p.size[v]) break;  // by offset: no later wall reaches down to h
+      h = std::max(h, e);
+    }
+    return h;
+  }
+
   // release_time: what freeing the candidate stack takes, at kReleaseNsPerByte.
   Clock::duration release_time() const {
     return std::chrono::duration_cast<Clock::duration>(
@@ -1606,19 +1728,26 @@ class BranchAndBound {
     mine.spans -= p.last[u] - p.first[u];
     for (int s = p.first[u]; s < p.last[u]; ++s) total_[s] -= p.size[u];
     int changed_lo = p.first[u], changed_hi = p.last[u];  // cliques whose lowest floor may rise
+    uint64_t raised = h;  // the highest floor raised (above h only past a wall)
     for (int64_t k = ix_.adj_start[u]; k < ix_.adj_start[u + 1]; ++k) {
       const int v = ix_.adj[k];
       if (off_[v] != kUnplaced) continue;
       *hatless = false;
       if (minoff_[v] < h) {
         minoff_log_.push_back({v, minoff_[v]});
-        minoff_[v] = h;
+        if (walled_) {
+          minoff_[v] = floor_at(v, h);
+          raised = std::max(raised, minoff_[v]);
+        } else {
+          minoff_[v] = h;
+        }
         changed_lo = std::min(changed_lo, p.first[v]);
         changed_hi = std::max(changed_hi, p.last[v]);
       }
     }
-    // No floor rose above h; u's own may have been the highest (a bound, not the maximum).
-    const uint64_t child_max_floor = *hatless ? max_floor : std::max(max_floor, h);
+    // No floor rose above `raised`; u's own may have been the highest (a bound, not the
+    // maximum).
+    const uint64_t child_max_floor = *hatless ? max_floor : std::max(max_floor, raised);
     const int lo = parts_[part].lo, hi = parts_[part].hi;
     std::vector<int>& cut = splits_[depth];
     cut.clear();
@@ -1649,6 +1778,7 @@ class BranchAndBound {
   const std::atomic<bool>* cancel_;
   Baton* baton_ = nullptr;
   // Per run.
+  bool walled_ = false;    // the problem has walls (Note [Window search])
   uint64_t capacity_ = 0;  // every buffer must end (offset + bytes asked) at or below it
   uint64_t limit_ = 0;     // capacity_ + pad: bound on a clique's stack of rounded sizes
   std::string keys_;
@@ -1667,6 +1797,117 @@ class BranchAndBound {
   std::vector<int> cands_;                         // every depth's candidates, deepest on top
   std::vector<std::pair<int, uint64_t>> minoff_log_;
 };
+
+// Note [Window search]
+// A window search re-plans part of a plan with the search. The buffers above the goal
+// that overlap in time form a cluster; its window is the cliques they span, widened on each
+// side by a quarter of that span (counted as 16 cliques if shorter), doubled at each try
+// (up to twelve tries). The buffers
+// wholly inside the window are lifted, and the search looks for their offsets at the goal
+// with every other buffer that overlaps the window staying where it is, a wall: a lifted
+// buffer's floor is the lowest offset at or above the placed ends it overlaps that clears
+// its walls. The search's pruning stays sound (it counts none of the walls' bytes, and a
+// plan pushed down still rests each buffer on a placed one, a wall or 0). A plan found is
+// kept: the lifted buffers end at or below the goal and clear every other buffer. A window
+// that the search proves cannot be planned at the goal is widened; one of more than
+// kWindowMaxBuffers buffers, or one the search ran out of nodes (kWindowWork / buffers) or
+// time on, ends the cluster's tries. The lifted buffers are few (33 in the repair of Note
+// [Greedy's repairs], 6-95 in those that kept a plan on vit_tiny's micro-batches), and the
+// search then finds a plan in tens to a thousand nodes where it finds one at all; the
+// windows it did not plan took their whole budget. The searches run on a thread of their
+// own with the search's stack.
+constexpr int kWindowMaxBuffers = 1000;
+// The search nodes a window gets, over its preorders and rounds: kWindowWork / buffers (a
+// node's work grows with them), at least 1,000.
+constexpr int64_t kWindowWork = 500'000;
+
+// windows_here: window_search on the calling thread.
+std::vector<uint64_t> windows_here(const Problem& p, std::vector<uint64_t> off, uint64_t goal,
+                                   Clock::time_point deadline, int64_t* kept) {
+  // The clusters: the clique ranges of the buffers above the goal, overlapping ones merged.
+  std::vector<std::pair<int, int>> above;
+  for (int i = 0; i < p.n; ++i) {
+    if (off[i] != kUnplaced && off[i] + p.size[i] > goal) above.push_back({p.first[i], p.last[i]});
+  }
+  std::sort(above.begin(), above.end());
+  std::vector<std::pair<int, int>> clusters;
+  for (const auto& [a, b] : above) {
+    if (!clusters.empty() && a < clusters.back().second) {
+      clusters.back().second = std::max(clusters.back().second, b);
+    } else {
+      clusters.push_back({a, b});
+    }
+  }
+  const std::atomic<bool> never{false};
+  for (const auto& [c0, c1] : clusters) {
+    for (int widen = 0; widen < 12 && Clock::now() < deadline; ++widen) {
+      const int margin = static_cast<int>((std::max<int64_t>(c1 - c0, 16) << widen) / 4);
+      const int w0 = std::max(0, c0 - margin), w1 = std::min(p.cliques, c1 + margin);
+      std::vector<int> lifted, walls;
+      for (int i = 0; i < p.n; ++i) {
+        if (off[i] == kUnplaced) continue;  // not placed yet: not in the plan
+        if (p.first[i] >= w0 && p.last[i] <= w1) {
+          lifted.push_back(i);
+        } else if (p.first[i] < w1 && p.last[i] > w0) {
+          walls.push_back(i);
+        }
+      }
+      if (static_cast<int>(lifted.size()) > kWindowMaxBuffers) break;
+      std::vector<PlanBuffer> sub;
+      sub.reserve(lifted.size());
+      for (int i : lifted) sub.push_back({static_cast<int64_t>(sub.size()), p.lower[i], p.upper[i], p.bytes[i]});
+      Problem sp = make_problem(sub, p.alignment);
+      sp.wall_start.assign(sp.n + 1, 0);
+      for (int k = 0; k < sp.n; ++k) {
+        const int i = lifted[k];
+        const size_t from = sp.walls.size();
+        for (int w : walls) {
+          if (p.first[w] < p.last[i] && p.first[i] < p.last[w]) sp.walls.push_back({off[w], off[w] + p.size[w]});
+        }
+        std::sort(sp.walls.begin() + static_cast<std::ptrdiff_t>(from), sp.walls.end());
+        sp.wall_start[k + 1] = static_cast<int64_t>(sp.walls.size());
+      }
+      Pace q;
+      q.deadline = deadline;
+      const SearchIndex index(sp, q);
+      if (!index.complete) return off;
+      BranchAndBound bnb(sp, index, &never);
+      std::vector<uint64_t> sub_off;
+      bool proved = false, found = false;  // a proof holds for every preorder
+      const int64_t most = std::max<int64_t>(1000, kWindowWork / sp.n);
+      int64_t nodes = 0;
+      for (int64_t limit = 1000; !found && !proved && nodes < most && Clock::now() < deadline; limit *= 2) {
+        for (const char* keys : kPreorders) {
+          const BranchAndBound::Outcome r = bnb.run(goal, keys, std::min(limit, most - nodes), deadline, &sub_off);
+          nodes += bnb.nodes();
+          found = r == BranchAndBound::Outcome::kFound;
+          proved = r == BranchAndBound::Outcome::kNotFound;
+          if (found || proved || nodes >= most) break;
+        }
+      }
+      if (found) {
+        for (int k = 0; k < sp.n; ++k) off[lifted[k]] = sub_off[k];
+        ++*kept;
+        break;
+      }
+      if (!proved) break;  // out of nodes or time: a wider window would need more
+    }
+  }
+  return off;
+}
+
+// window_search: the plan `off` with each cluster of buffers above `goal` re-planned in its
+// window where the search finds a plan by `deadline`; windows kept added to *kept. On a
+// thread with the search's stack (the plan as it was if none starts).
+std::vector<uint64_t> window_search(const Problem& p, std::vector<uint64_t> off, uint64_t goal,
+                                    Clock::time_point deadline, int64_t* kept) {
+  std::vector<uint64_t> out;
+  auto body = [&] { out = windows_here(p, off, goal, deadline, kept); };
+  pthread_t id;
+  if (!start_with_stack(&id, kSearchStackBytes, body)) return off;
+  pthread_join(id, nullptr);
+  return out;
+}
 
 // ----------------------------------------------------------------------------------------
 // CSV helpers
@@ -1783,9 +2024,10 @@ std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, siz
   return std::vector<size_t>(off.begin(), off.end());
 }
 
-std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers, size_t alignment, GreedyTies ties) {
+std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers, size_t alignment, GreedyTies ties,
+                                        bool repair) {
   const Problem p = make_problem(buffers, alignment);
-  std::vector<uint64_t> off = greedy_by_size(p, Pace{}, ties);
+  std::vector<uint64_t> off = greedy_by_size(p, Pace{}, ties, repair);
   return std::vector<size_t>(off.begin(), off.end());
 }
 
@@ -2040,7 +2282,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
   size_t greedy_peak = std::numeric_limits<size_t>::max();
   for (GreedyTies ties : {GreedyTies::kEarliestStartFirst, GreedyTies::kLatestEndFirst, GreedyTies::kLongestFirst}) {
     if (done()) break;
-    std::vector<uint64_t> off = greedy_by_size(p, pace(0.9), ties);
+    std::vector<uint64_t> off = greedy_by_size(p, pace(0.9), ties, /*repair=*/n >= kImproveMinBuffers);
     if (off.empty()) {
       if (n > 2000) break;
       continue;

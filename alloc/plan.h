@@ -94,10 +94,13 @@ absl::StatusOr<PlanResult> plan(const std::vector<PlanBuffer>& buffers,
 std::vector<size_t> plan_paper_rules(const std::vector<PlanBuffer>& buffers, size_t alignment = 1);
 // plan_greedy_by_size: largest first, each at the lowest offset where it fits; buffers of
 // one size the longest lived first (TFLite's), the latest to end first, or the earliest to
-// start first (Note [Greedy's ties] in plan.cc). plan() runs all three.
+// start first (Note [Greedy's ties] in plan.cc). plan() runs all three, on 1,000 buffers or
+// more with repairs: at the end of each size, where the placed buffers stand above their
+// own lower bound, a search re-plans a window of time around those on top (Note [Greedy's
+// repairs]).
 enum class GreedyTies { kLongestFirst, kLatestEndFirst, kEarliestStartFirst };
 std::vector<size_t> plan_greedy_by_size(const std::vector<PlanBuffer>& buffers, size_t alignment = 1,
-                                        GreedyTies ties = GreedyTies::kLongestFirst);
+                                        GreedyTies ties = GreedyTies::kLongestFirst, bool repair = false);
 // plan_improved: local improvement (Note [Local improvement] in plan.cc) of the valid plan
 // `start` for `time_limit_sec` seconds or max_moves moves (0: no limit), whichever ends
 // first; moves_kept (when given) set to the moves it kept. A valid plan whose peak is at

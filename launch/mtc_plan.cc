@@ -21,7 +21,7 @@
 
 ABSL_FLAG(std::string, in, "", "the problem: a MiniMalloc CSV with columns id, lower, upper, size");
 ABSL_FLAG(std::string, out, "",
-          "where to write the plan (the input's columns and an offset column); none: not written");
+          "where to write the plan (the input's columns and an offset column); left empty, none is written");
 ABSL_FLAG(std::string, time_limit, "10", "seconds the planner may take (the search stops there)");
 ABSL_FLAG(std::string, target_peak, "0",
           "bytes: stop as soon as a plan peaks at or below this (0: aim at the lower bound)");
@@ -30,7 +30,7 @@ ABSL_FLAG(std::string, threads, "1", "searches run at once, the preorders' searc
 ABSL_FLAG(std::string, method, "all",
           "all (plan(): every method, the best kept), or one heuristic alone: rules, greedy (ties: the "
           "longest lived first), greedy_end (ties: the latest end first), greedy_start (ties: the "
-          "earliest start first), skyline");
+          "earliest start first), skyline; the greedy ones alone make no repairs");
 
 namespace mtc {
 namespace {
