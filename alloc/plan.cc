@@ -531,7 +531,7 @@ uint64_t lowest_fit(std::vector<std::pair<uint64_t, uint64_t>>& busy, uint64_t s
 // times slower, and the pass's pace gave up at 1 s.) The pace does not count the repairs.
 constexpr int kRepairShare = 4;
 
-std::vector<uint64_t> window_search(const Problem& p, std::vector<uint64_t> off, uint64_t goal,
+std::vector<uint64_t> window_search(const Problem& p, const std::vector<uint64_t>& off, uint64_t goal,
                                     Clock::time_point deadline, int64_t* kept);
 
 // greedy_by_size: empty when the pace says it cannot finish in time. repair: with greedy's
@@ -565,6 +565,15 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyT
   Pace q = pace;
   q.start = Clock::now();
   uint64_t pairs = 0;
+  // place: buffer b at the lowest offset of `plan` where it fits among those `placed` holds,
+  // then into `placed`; the pairs it met.
+  auto place = [&](PlacedIndex& placed, std::vector<uint64_t>& plan, int b) {
+    busy.clear();
+    placed.collect(p.first[b], p.last[b], [&](int o) { busy.push_back({plan[o], plan[o] + p.size[o]}); });
+    plan[b] = lowest_fit(busy, p.size[b]);
+    placed.insert(b, p.first[b], p.last[b]);
+    return busy.size();
+  };
   // Repairs (Note [Greedy's repairs]): the placed buffers' top, their load by clique (as
   // differences, summed only where a repair may run), and the time repairs may take.
   std::vector<int64_t> diff(repair ? p.cliques + 1 : 0, 0);
@@ -617,11 +626,7 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyT
     if (k == p.n) break;
     if ((k & 15) == 15 && q.hopeless(pairs, p.overlaps)) return {};
     const int b = order[k];
-    busy.clear();
-    index.collect(p.first[b], p.last[b], [&](int o) { busy.push_back({off[o], off[o] + p.size[o]}); });
-    pairs += busy.size();
-    off[b] = lowest_fit(busy, p.size[b]);
-    index.insert(b, p.first[b], p.last[b]);
+    pairs += place(index, off, b);
     if (repair) {
       top = std::max(top, off[b] + p.size[b]);
       diff[p.first[b]] += static_cast<int64_t>(p.size[b]);
@@ -643,10 +648,7 @@ std::vector<uint64_t> greedy_by_size(const Problem& p, const Pace& pace, GreedyT
     for (int k = unrepaired_k; k < p.n; ++k) {
       if ((k & 15) == 15 && Clock::now() > q.deadline) return off;
       const int b = order[k];
-      busy.clear();
-      again.collect(p.first[b], p.last[b], [&](int o) { busy.push_back({unrepaired[o], unrepaired[o] + p.size[o]}); });
-      unrepaired[b] = lowest_fit(busy, p.size[b]);
-      again.insert(b, p.first[b], p.last[b]);
+      place(again, unrepaired, b);
       plain_top = std::max(plain_top, unrepaired[b] + p.size[b]);
     }
     if (plain_top < top) return unrepaired;
@@ -1802,11 +1804,10 @@ class BranchAndBound {
 // A window search re-plans part of a plan with the search. The buffers above the goal
 // that overlap in time form a cluster; its window is the cliques they span, widened on each
 // side by a quarter of that span (counted as 16 cliques if shorter), doubled at each try
-// (up to twelve tries). The buffers
-// wholly inside the window are lifted, and the search looks for their offsets at the goal
-// with every other buffer that overlaps the window staying where it is, a wall: a lifted
-// buffer's floor is the lowest offset at or above the placed ends it overlaps that clears
-// its walls. The search's pruning stays sound (it counts none of the walls' bytes, and a
+// (up to twelve tries). The buffers wholly inside the window are lifted, and the search
+// looks for their offsets at the goal with every other buffer that overlaps the window
+// staying where it is, a wall: a lifted buffer's floor is the lowest offset at or above the
+// placed ends it overlaps that clears its walls. The search's pruning stays sound (it counts none of the walls' bytes, and a
 // plan pushed down still rests each buffer on a placed one, a wall or 0). A plan found is
 // kept: the lifted buffers end at or below the goal and clear every other buffer. A window
 // that the search proves cannot be planned at the goal is widened; one of more than
@@ -1899,7 +1900,7 @@ std::vector<uint64_t> windows_here(const Problem& p, std::vector<uint64_t> off, 
 // window_search: the plan `off` with each cluster of buffers above `goal` re-planned in its
 // window where the search finds a plan by `deadline`; windows kept added to *kept. On a
 // thread with the search's stack (the plan as it was if none starts).
-std::vector<uint64_t> window_search(const Problem& p, std::vector<uint64_t> off, uint64_t goal,
+std::vector<uint64_t> window_search(const Problem& p, const std::vector<uint64_t>& off, uint64_t goal,
                                     Clock::time_point deadline, int64_t* kept) {
   std::vector<uint64_t> out;
   auto body = [&] { out = windows_here(p, off, goal, deadline, kept); };
