@@ -57,7 +57,7 @@ constexpr uint64_t kUnplaced = std::numeric_limits<uint64_t>::max();  // offset 
 constexpr int kSearchMaxBuffers = 20000;
 constexpr uint64_t kSearchMaxOverlaps = 16'000'000;  // pairs of buffers live at once
 // The time plan() keeps back from its methods besides kReservePerBuffer: the search reads
-// the clock every 256 nodes on problems up to 2,000 buffers and its threads then join
+// the clock every 64 nodes on problems up to 2,000 buffers and its threads then join
 // (MiniMalloc's B, D, E, G, H ended 0.3-0.9 ms past a 1 s limit with none).
 constexpr double kReserveSec = 1.5e-3;
 // And per buffer, for keeping and checking the plan after its methods stop: validate()
@@ -1241,8 +1241,13 @@ constexpr int kTurnsMaxBuffers = 2000;
 // between threads a turn are the likely cost, not measured); not kept: the turns and the
 // shares were chosen on one thread, and were not measured again there.
 // Retiring a paused search (waking it to unwind, joining its thread): 0.09 ms measured on
-// MiniMalloc's J (eight of them in 0.7 ms); 0.15 ms is counted.
-constexpr double kRetireSec = 1.5e-4;
+// MiniMalloc's J (eight of them in 0.7 ms), but 0.03-3.6 ms each on a busier day, when the
+// eight left at the end of D took 2.6-7.6 ms one after another and D's runs ended up to 16
+// ms past a 1 s limit (2026-12-01). Now the searches left at the end are all woken first
+// and then joined, so their wake-ups overlap (0.4-4.1 ms for the eight on D and J), and
+// 0.45 ms a search is counted (4 ms for nine; with 0.15 ms D and J still ended up to 8 ms
+// late in 8 runs of 16).
+constexpr double kRetireSec = 4.5e-4;
 
 // Note [Turn length]
 // A search's turn is kTurnWork / n nodes at the goal (at least first_limit: 2n, or 1,000),
@@ -1545,9 +1550,11 @@ class BranchAndBound {
                  uint64_t max_floor, int changed_lo, int changed_hi, uint64_t max_total) {
     if (++nodes_ > node_limit_ && (baton_ == nullptr || !baton_->pause(&node_limit_))) return Outcome::kAborted;
     // A node scans the unplaced buffers of its part: past a few thousand buffers each takes
-    // a fraction of a millisecond, so the clock is read at every node there. The search
-    // stops early enough to free its candidate stack by the deadline (kReleaseNsPerByte).
-    if ((nodes_ & (p_.n > 2000 ? 0 : 255)) == 0 &&
+    // a fraction of a millisecond, so the clock is read at every node there; below, every
+    // 64 nodes (a node took up to 3.3 us on MiniMalloc's D, so 256 of them 0.85 ms). The
+    // search stops early enough to free its candidate stack by the deadline
+    // (kReleaseNsPerByte).
+    if ((nodes_ & (p_.n > 2000 ? 0 : 63)) == 0 &&
         (late(deadline_) || cancel_->load(std::memory_order_relaxed))) {
       return Outcome::kAborted;
     }
@@ -2510,6 +2517,11 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
             retire(k);
           }
         }
+      }
+      // Every search left is woken before any is joined (kRetireSec); retire() cancelling it
+      // again changes nothing.
+      for (int k = 0; k < per_round; ++k) {
+        if (live[k]) live[k]->baton.cancel();
       }
       for (int k = 0; k < per_round; ++k) {
         if (live[k]) retire(k);
