@@ -111,15 +111,24 @@ struct Pace {
 };
 
 // The search's preorders (see preorder()), tried in turn: each solves some of MiniMalloc's
-// benchmarks in a few thousand nodes where the others need millions (docs/tma.md).
-constexpr const char* kPreorders[] = {"TWA", "TAW", "CTA"};
+// benchmarks in a few thousand nodes where the other needs millions (docs/tma.md). CTA was
+// a third until 2026-12-02: every instance it solves TWA solves too (D, F, K; in 66,004,
+// 163,697 and 14,976 nodes against 21,754, 51,092 and 18,916), and in turns each search
+// gets a share of the nodes, so it cost the others a third of theirs: without a target at
+// 1 s E's TWA search at the goal got a sixth of the nodes where it needs 511,312.
+constexpr const char* kPreorders[] = {"TWA", "TAW"};
+// A window's search (Note [Window search]) keeps CTA: its preorders run in rounds, not side
+// by side, and with TWA and TAW alone greedy's repairs brought 560 of the 1,800 passes of
+// GreedysRepairsNeverLoseAndOftenReachTheBound to the bound, against 571 with CTA.
+constexpr const char* kWindowPreorders[] = {"TWA", "TAW", "CTA"};
 // More preorders for the skyline alone (S: the earlier start first): on micro-batches of
 // vit_tiny in flight, ZS gives 1.037x where TWA gives 1.128x, on those of a 48-layer GPT
 // 1.0000x where TWA gives 1.0686x (30,704 buffers), and on instances packed by
 // construction SZ 1.285x where TWA gives 1.354x (tma_transformer.sh). ZS runs first of
-// all the skylines, before greedy by size; SZ and WS after the search's preorders.
+// all the skylines, before greedy by size; CTA (the search's third preorder until
+// 2026-12-02, so its skyline runs where it did), SZ and WS after the search's preorders.
 constexpr const char* kSkylineFirst = "ZS";
-constexpr const char* kSkylinePreorders[] = {"SZ", "WS"};
+constexpr const char* kSkylinePreorders[] = {"CTA", "SZ", "WS"};
 
 // The search recurses once per buffer placed (a few hundred bytes a level), so it runs on
 // threads of its own with this much stack (reserved, touched only as deep as it goes).
@@ -1225,7 +1234,7 @@ struct SearchIndex {
 // when it finds a plan, proves there is none, is no longer wanted (its capacity is at or
 // above the best plan, or below what is proven infeasible) or the time is up. One search
 // runs at a time per thread asked for, so the planner still uses `threads` cores. Above
-// kTurnsMaxBuffers the rounds stay: nine paused searches would each hold a candidate stack
+// kTurnsMaxBuffers the rounds stay: six paused searches would each hold a candidate stack
 // (16 MiB on 10,160 buffers).
 constexpr int kTurnsMaxBuffers = 2000;
 // Note [Turns without a barrier]
@@ -1245,7 +1254,7 @@ constexpr int kTurnsMaxBuffers = 2000;
 // eight left at the end of D took 2.6-7.6 ms one after another and D's runs ended up to 16
 // ms past a 1 s limit (2026-12-01). Now the searches left at the end are all woken first
 // and then joined, so their wake-ups overlap (0.4-4.1 ms for the eight on D and J), and
-// 0.45 ms a search is counted (4 ms for nine; with 0.15 ms D and J still ended up to 8 ms
+// 0.45 ms a search is counted (2.7 ms for six; with 0.15 ms D and J still ended up to 8 ms
 // late in 8 runs of 16).
 constexpr double kRetireSec = 4.5e-4;
 
@@ -1885,7 +1894,7 @@ std::vector<uint64_t> windows_here(const Problem& p, std::vector<uint64_t> off, 
       const int64_t most = std::max<int64_t>(1000, kWindowWork / sp.n);
       int64_t nodes = 0;
       for (int64_t limit = 1000; !found && !proved && nodes < most && Clock::now() < deadline; limit *= 2) {
-        for (const char* keys : kPreorders) {
+        for (const char* keys : kWindowPreorders) {
           const BranchAndBound::Outcome r = bnb.run(goal, keys, std::min(limit, most - nodes), deadline, &sub_off);
           nodes += bnb.nodes();
           found = r == BranchAndBound::Outcome::kFound;
@@ -2456,7 +2465,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
       };
       // The searches stop early enough to be retired, every slot's, by the deadline; at
       // most a quarter of the limit is kept back for it, as for the rest (kReserveShare): at
-      // 5 ms (the random traces' test) nine times kRetireSec left the search no time.
+      // 5 ms (the random traces' test) nine searches' kRetireSec left the search no time.
       const Clock::time_point until =
           deadline - std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(std::min(per_round * kRetireSec, kReserveShare * limit)));
