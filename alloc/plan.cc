@@ -1251,11 +1251,11 @@ constexpr int kTurnsMaxBuffers = 2000;
 // shares were chosen on one thread, and were not measured again there.
 // Retiring a paused search (waking it to unwind, joining its thread): 0.09 ms measured on
 // MiniMalloc's J (eight of them in 0.7 ms), but 0.03-3.6 ms each on a busier day, when the
-// eight left at the end of D took 2.6-7.6 ms one after another and D's runs ended up to 16
-// ms past a 1 s limit (2026-12-01). Now the searches left at the end are all woken first
-// and then joined, so their wake-ups overlap (0.4-4.1 ms for the eight on D and J), and
-// 0.45 ms a search is counted (2.7 ms for six; with 0.15 ms D and J still ended up to 8 ms
-// late in 8 runs of 16).
+// eight left at the end of D took 1.1-7.6 ms one after another (seven runs) and D's runs
+// ended up to 16 ms past a 1 s limit (2026-12-01). Now the searches left at the end are all
+// woken first and then joined, so their wake-ups overlap: 0.4-2.6 ms for the eight on D and
+// J in 50 runs of 54, 3.9-10.6 ms in the other four. 0.45 ms a search is counted (2.7 ms
+// for six; with 0.15 ms, D and J still ended up to 8 ms late in 8 runs of 16).
 constexpr double kRetireSec = 4.5e-4;
 
 // Note [Turn length]
