@@ -1817,22 +1817,22 @@ class BranchAndBound {
 };
 
 // Note [Window search]
-// A window search re-plans part of a plan with the search. The buffers above the goal
-// that overlap in time form a cluster; its window is the cliques they span, widened on each
-// side by a quarter of that span (counted as 16 cliques if shorter), doubled at each try
-// (up to twelve tries). The buffers wholly inside the window are lifted, and the search
-// looks for their offsets at the goal with every other buffer that overlaps the window
-// staying where it is, a wall: a lifted buffer's floor is the lowest offset at or above the
-// placed ends it overlaps that clears its walls. The search's pruning stays sound (it counts none of the walls' bytes, and a
-// plan pushed down still rests each buffer on a placed one, a wall or 0). A plan found is
-// kept: the lifted buffers end at or below the goal and clear every other buffer. A window
-// that the search proves cannot be planned at the goal is widened; one of more than
-// kWindowMaxBuffers buffers, or one the search ran out of nodes (kWindowWork / buffers) or
-// time on, ends the cluster's tries. The lifted buffers are few (33 in the repair of Note
-// [Greedy's repairs], 6-95 in those that kept a plan on vit_tiny's micro-batches), and the
-// search then finds a plan in tens to a thousand nodes where it finds one at all; the
-// windows it did not plan took their whole budget. The searches run on a thread of their
-// own with the search's stack.
+// A window search re-plans part of a plan with the search. The buffers above the goal that
+// overlap in time form a cluster; its window is the cliques they span, widened on each side
+// by a quarter of that span (counted as 16 cliques if shorter), doubled at each try (up to
+// twelve tries). The buffers wholly inside the window are lifted, and the search looks for
+// their offsets at the goal with every other buffer that overlaps the window staying where
+// it is, a wall: a lifted buffer's floor is the lowest offset at or above the placed ends
+// it overlaps that clears its walls. The search's pruning stays sound (it counts none of
+// the walls' bytes, and a plan pushed down still rests each buffer on a placed one, a wall
+// or 0). A plan found is kept: the lifted buffers end at or below the goal and clear every
+// other buffer. A window that the search proves cannot be planned at the goal is widened;
+// one of more than kWindowMaxBuffers buffers, or one the search ran out of nodes
+// (kWindowWork / buffers) or time on, ends the cluster's tries. The lifted buffers are few
+// (33 in the repair of Note [Greedy's repairs], 6-95 in those that kept a plan on
+// vit_tiny's micro-batches), and the search then finds a plan in tens to a thousand nodes
+// where it finds one at all; the windows it did not plan took their whole budget. The
+// searches run on a thread of their own with the search's stack.
 constexpr int kWindowMaxBuffers = 1000;
 // The search nodes a window gets, over its preorders and rounds: kWindowWork / buffers (a
 // node's work grows with them), at least 1,000.
@@ -2456,12 +2456,16 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
         pthread_t thread{};
       };
       std::vector<std::unique_ptr<Turned>> live(per_round);
-      // retire: a paused search of slot k cancelled, or an ended one, joined and counted.
-      auto retire = [&](int k) {
-        live[k]->baton.cancel();
+      // join: slot k's search, cancelled or ended, joined and counted.
+      auto join = [&](int k) {
         pthread_join(live[k]->thread, nullptr);
         nodes += live[k]->bnb.nodes();
         live[k].reset();
+      };
+      // retire: a paused search of slot k cancelled, or an ended one, joined and counted.
+      auto retire = [&](int k) {
+        live[k]->baton.cancel();
+        join(k);
       };
       // The searches stop early enough to be retired, every slot's, by the deadline; at
       // most a quarter of the limit is kept back for it, as for the rest (kReserveShare): at
@@ -2530,13 +2534,12 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
           }
         }
       }
-      // Every search left is woken before any is joined (kRetireSec); retire() cancelling it
-      // again changes nothing.
+      // Every search left is woken before any is joined (kRetireSec).
       for (int k = 0; k < per_round; ++k) {
         if (live[k]) live[k]->baton.cancel();
       }
       for (int k = 0; k < per_round; ++k) {
-        if (live[k]) retire(k);
+        if (live[k]) join(k);
       }
     } else {
       std::vector<pthread_t> workers;
