@@ -1268,6 +1268,17 @@ constexpr double kRetireSec = 4.5e-4;
 // length 0.47-0.54 s; not traced further). With these turns E reaches its bound without a
 // target in 0.71-0.83 s, where it stayed at 1.1025x at 1 s (docs/tma.md).
 constexpr int64_t kTurnWork = 4'000'000;
+// A search a step down from the best plan gets an eighth of the goal's turn (halfway's gets
+// half), as the rounds give it a quarter of their nodes: it is there to lower a plan
+// quickly, not to take the goal's time. The plans it found on MiniMalloc's D and J took
+// 256-8,833 nodes each. With half a turn, as halfway's, E took 1,948,500 nodes to its bound
+// without a target (its goal's TWA search got a quarter of them) and missed the 1 s limit
+// in two runs of three that morning; with an eighth, 1,604,970, and the other instances of
+// A-K that reach their bound 15-20% fewer nodes (C the same 8,450). D's plan at 1,046,528, found by its halfway search, came sooner
+// (0.39-0.60 s against 0.67-0.77, three runs each interleaved; 2026-12-02). The earlier
+// trial of shares (docs/tma.md, "Searches in turns") lost D at these shares, with three
+// preorders and turns of 1,000 nodes.
+constexpr int kStepDownTurnDiv = 8;
 
 // Doorbell: rung by each search that hands its turn back, so that the scheduler, with
 // several searches running, takes up whichever pauses first.
@@ -2440,8 +2451,8 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
     if (n <= kTurnsMaxBuffers) {
       // Note [Searches in turns]: one search per task kind and preorder (the goal, halfway
       // to the best plan, an eighth of the way down from it; the same capacities as the
-      // rounds below), each given `turn` nodes a turn at the goal and half that otherwise
-      // (Note [Turn length]).
+      // rounds below), each given `turn` nodes a turn at the goal, half that halfway and
+      // kStepDownTurnDiv-th of it a step down (Note [Turn length]).
       const int64_t turn = std::max<int64_t>(first_limit, kTurnWork / n);
       struct Turned {
         // stop: the rounds' flag, never set in turns (a search is cancelled by its baton).
@@ -2516,7 +2527,7 @@ absl::StatusOr<PlanResult> plan_whole(const std::vector<PlanBuffer>& buffers, co
             const int k = next;
             next = (next + 1) % per_round;
             if (!live[k] || running[k]) continue;
-            live[k]->granted += k < preorders ? turn : turn / 2;
+            live[k]->granted += k < preorders ? turn : k < 2 * preorders ? turn / 2 : turn / kStepDownTurnDiv;
             live[k]->baton.resume(live[k]->granted);
             running[k] = 1;
             ++n_running;
