@@ -1274,10 +1274,10 @@ constexpr int64_t kTurnWork = 4'000'000;
 // 256-8,833 nodes each. With half a turn, as halfway's, E took 1,948,500 nodes to its bound
 // without a target (its goal's TWA search got a quarter of them) and missed the 1 s limit
 // in two runs of three that morning; with an eighth, 1,604,970, and the other instances of
-// A-K that reach their bound 15-20% fewer nodes (C the same 8,450). D's plan at 1,046,528, found by its halfway search, came sooner
-// (0.39-0.60 s against 0.67-0.77, three runs each interleaved; 2026-12-02). The earlier
-// trial of shares (docs/tma.md, "Searches in turns") lost D at these shares, with three
-// preorders and turns of 1,000 nodes.
+// A-K that reach their bound 15-20% fewer nodes (C the same 8,450). D's plan at 1,046,528,
+// found by its halfway search, came sooner (0.39-0.60 s against 0.67-0.77, three runs each
+// interleaved; 2026-12-02). The earlier trial of shares (docs/tma.md, "MiniMalloc's A-K
+// without a target") lost D at these shares, with three preorders and turns of 1,000 nodes.
 constexpr int kStepDownTurnDiv = 8;
 
 // Doorbell: rung by each search that hands its turn back, so that the scheduler, with
