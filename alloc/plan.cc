@@ -2178,7 +2178,7 @@ absl::StatusOr<PlanResult> plan_in_pieces(const std::vector<PlanBuffer>& buffers
   std::vector<size_t> high = above_goal();
   std::stable_sort(high.begin(), high.end(),
                    [&](size_t a, size_t b) { return parts[a].buffers.size() < parts[b].buffers.size(); });
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0;; ++pass) {
     for (size_t j = 0; j < high.size() && left() > 0; ++j) {
       PlanOptions o = options;
       o.target_peak = goal;
@@ -2188,7 +2188,7 @@ absl::StatusOr<PlanResult> plan_in_pieces(const std::vector<PlanBuffer>& buffers
       if (!r.ok()) return r.status();
       adopt(high[j], *std::move(r));
     }
-    if (left() < kPiecesAgainShare * limit) break;
+    if (pass == 1 || left() < kPiecesAgainShare * limit) break;
     high = above_goal();
   }
   // The whole: each piece's offsets in place; the peak, method and optimality the highest
